@@ -1,0 +1,70 @@
+// The team event model: what every reader (gRPC WatchTeam, SSE, HTTP polling) serves, with the same seq.
+// event_type names follow the roz TeamEvent oneof field names; task_* events are Cadre's additions.
+
+export const TASK_STATUSES = ['queued', 'running', 'completed', 'failed', 'cancelled'] as const;
+export type TaskStatus = (typeof TASK_STATUSES)[number];
+export const TERMINAL_TASK_STATUSES: readonly TaskStatus[] = ['completed', 'failed', 'cancelled'];
+
+export const WORKER_STATUSES = ['pending', 'running', 'completed', 'failed'] as const;
+export type WorkerStatus = (typeof WORKER_STATUSES)[number];
+
+/** Why a worker failed; carried as WorkerFailed.reason. */
+export type WorkerFailureReason =
+  | 'model_error'
+  | 'timeout'
+  | 'cancelled'
+  | 'worker_lost'
+  | 'max_turns'
+  | 'tool_error'
+  | 'internal_error';
+
+export interface TokenUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** Payload per event type. worker_* events also carry worker_id and attempt on the envelope. */
+export interface TeamEventPayloads {
+  task_queued: { workspace_id: string; goal: string };
+  worker_started: { host_id: string; role: string };
+  worker_phase: { phase: string; mode: string; turn: number };
+  worker_tool_call: { tool: string; call_id: string; arguments: string };
+  worker_completed: { result: string; usage: TokenUsage };
+  worker_failed: { reason: WorkerFailureReason; message: string };
+  worker_exited: { parent_task_id: string };
+  task_completed: { result: string; usage: TokenUsage };
+  task_failed: { reason: string };
+  task_cancelled: { reason: string };
+}
+
+export type TeamEventType = keyof TeamEventPayloads;
+export const TEAM_EVENT_TYPES = [
+  'task_queued',
+  'worker_started',
+  'worker_phase',
+  'worker_tool_call',
+  'worker_completed',
+  'worker_failed',
+  'worker_exited',
+  'task_completed',
+  'task_failed',
+  'task_cancelled',
+] as const satisfies readonly TeamEventType[];
+
+/** An event as appended (before the log assigns seq and timestamp). */
+export type TeamEventInput = {
+  [K in TeamEventType]: { event_type: K; worker_id: string | null; attempt: number; payload: TeamEventPayloads[K] };
+}[TeamEventType];
+
+/** An event as read back from the log: the HTTP polling / SSE shape. */
+export type TeamEvent = TeamEventInput & { seq: number; timestamp: string };
+
+/** The event after which a task's streams end. */
+export function isTerminalTeamEvent(eventType: string): boolean {
+  return eventType === 'task_completed' || eventType === 'task_failed' || eventType === 'task_cancelled';
+}
+
+export function terminalEventFor(status: 'completed' | 'failed' | 'cancelled'): TeamEventType {
+  return `task_${status}`;
+}

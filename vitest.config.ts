@@ -1,0 +1,14 @@
+import { defineConfig } from 'vitest/config';
+
+// Unit tests (*.test.ts) sit beside the code; integration tests (*.int.test.ts) start their own redis-server,
+// gateway and worker processes, so they get generous timeouts and run in forked processes.
+export default defineConfig({
+  test: {
+    include: ['apps/*/src/**/*.test.ts', 'libs/*/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    pool: 'forks',
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    teardownTimeout: 10_000,
+    reporters: process.env.CI ? ['default'] : ['default'],
+  },
+});
