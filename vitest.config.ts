@@ -4,7 +4,7 @@ import { defineConfig } from 'vitest/config';
 // gateway and worker processes, so they get generous timeouts and run in forked processes.
 export default defineConfig({
   test: {
-    include: ['apps/*/src/**/*.test.ts', 'libs/*/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    include: ['apps/*/src/**/*.test.ts', 'libs/*/src/**/*.test.ts', 'tests/**/*.test.ts'],
     pool: 'forks',
     testTimeout: 30_000,
     hookTimeout: 30_000,

@@ -1,0 +1,97 @@
+import { status as GrpcStatus } from '@grpc/grpc-js';
+import { StoreError, WatchClosedError } from '@cadre/store';
+
+/** Errors the gateway answers with; the code maps once to an HTTP status and once to a gRPC status. */
+export type ApiErrorCode =
+  | 'invalid_argument'
+  | 'unprocessable'
+  | 'unauthenticated'
+  | 'permission_denied'
+  | 'not_found'
+  | 'conflict'
+  | 'out_of_range'
+  | 'resource_exhausted'
+  | 'unavailable';
+
+export class ApiError extends Error {
+  readonly code: ApiErrorCode;
+  constructor(code: ApiErrorCode, message: string) {
+    super(message);
+    this.name = 'ApiError';
+    this.code = code;
+  }
+}
+
+export function httpStatusOf(code: ApiErrorCode): number {
+  switch (code) {
+    case 'invalid_argument':
+      return 400;
+    case 'unprocessable':
+      return 422;
+    case 'unauthenticated':
+      return 401;
+    case 'permission_denied':
+      return 403;
+    case 'not_found':
+      return 404;
+    case 'conflict':
+      return 409;
+    case 'out_of_range':
+      return 410;
+    case 'resource_exhausted':
+      return 429;
+    case 'unavailable':
+      return 503;
+    default: {
+      const never: never = code;
+      return never;
+    }
+  }
+}
+
+export function grpcStatusOf(code: ApiErrorCode): GrpcStatus {
+  switch (code) {
+    case 'invalid_argument':
+    case 'unprocessable':
+      return GrpcStatus.INVALID_ARGUMENT;
+    case 'unauthenticated':
+      return GrpcStatus.UNAUTHENTICATED;
+    case 'permission_denied':
+      return GrpcStatus.PERMISSION_DENIED;
+    case 'not_found':
+      return GrpcStatus.NOT_FOUND;
+    case 'conflict':
+      return GrpcStatus.FAILED_PRECONDITION;
+    case 'out_of_range':
+      return GrpcStatus.OUT_OF_RANGE;
+    case 'resource_exhausted':
+      return GrpcStatus.RESOURCE_EXHAUSTED;
+    case 'unavailable':
+      return GrpcStatus.UNAVAILABLE;
+    default: {
+      const never: never = code;
+      return never;
+    }
+  }
+}
+
+/** Store and fan-out errors as API errors; anything else is not the caller's fault and stays a 500. */
+export function toApiError(err: unknown): ApiError | undefined {
+  if (err instanceof ApiError) return err;
+  if (err instanceof StoreError) {
+    switch (err.code) {
+      case 'task_not_found':
+        return new ApiError('not_found', 'task not found');
+      case 'task_finished':
+        return new ApiError('conflict', err.message);
+      case 'cursor_expired':
+        return new ApiError('out_of_range', err.message);
+      default:
+        return undefined;
+    }
+  }
+  if (err instanceof WatchClosedError) {
+    return new ApiError(err.code === 'watcher_overflow' ? 'resource_exhausted' : 'unavailable', err.message);
+  }
+  return undefined;
+}

@@ -1,0 +1,84 @@
+import type { Redis } from 'ioredis';
+import { Counter, Gauge } from 'prom-client';
+import { createMetricsRegistry, type Logger } from '@cadre/observability';
+import { EventFanout, KeyBuilder, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { Authenticator } from './auth.ts';
+import { agentService } from './grpc/agent.service.ts';
+import { createGrpcServer } from './grpc/server.ts';
+import { buildHttpApp } from './http/app.ts';
+import { SseSessions } from './http/sse.ts';
+import { listenOnePort, type OnePortListener } from './net/one-port.ts';
+import { TaskService } from './tasks/task-service.ts';
+import type { GatewayConfig } from './config.ts';
+
+export interface Gateway {
+  port: number;
+  fanout: EventFanout;
+  close(): Promise<void>;
+}
+
+/**
+ * Wires a gateway from its config and starts it on one port (REST + gRPC). Used by main.ts and by tests,
+ * which run several gateways against one Redis.
+ */
+export async function startGateway(config: GatewayConfig & { redisUrl: string }, logger: Logger): Promise<Gateway> {
+  const keys = new KeyBuilder(config.keyPrefix);
+  const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway');
+  const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  const queue = new TeamQueue({ connection: redis, keys });
+  const fanout = new EventFanout({ store, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub'), watcherBufferLimit: config.watcherBufferLimit });
+  await fanout.start();
+
+  const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
+  const tasks = new TaskService({ store, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
+  const sse = new SseSessions({ logger });
+
+  const metrics = createMetricsRegistry('gateway');
+  const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
+  new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
+  new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
+  new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
+  new Gauge({
+    name: 'cadre_tasks', help: 'Tasks that reached each status (cluster-wide)', labelNames: ['status'], registers: [metrics],
+    async collect() { for (const [status, n] of Object.entries(await store.statusCounts())) this.set({ status }, n); },
+  });
+  new Gauge({
+    name: 'cadre_queue_jobs', help: 'Agent jobs by BullMQ state', labelNames: ['state'], registers: [metrics],
+    async collect() { for (const [state, n] of Object.entries(await queue.depth())) this.set({ state }, n); },
+  });
+
+  let draining = false;
+  const http = buildHttpApp({
+    logger,
+    auth,
+    tasks,
+    sse,
+    metrics,
+    bodyLimitBytes: config.bodyLimitBytes,
+    isReady: async () => !draining && (await redis.ping()) === 'PONG',
+  });
+  await http.ready();
+  const grpc = createGrpcServer({
+    services: [agentService({ auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec() })],
+    shutdownGraceMs: config.shutdownGraceMs,
+  });
+  const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });
+  grpc.health.setServing();
+  logger.info({ port: listener.port }, 'gateway listening (REST + gRPC)');
+
+  return {
+    port: listener.port,
+    fanout,
+    async close() {
+      // Drain: fail readiness and health first, stop accepting, end open streams with a resumable status
+      // (clients resume from their last seq on another replica), then close servers and connections.
+      draining = true;
+      grpc.health.setNotServing();
+      await listener.close();
+      await fanout.close();
+      await Promise.all([grpc.close(), http.close()]);
+      await queue.close();
+      await redis.quit().catch(() => undefined);
+    },
+  };
+}

@@ -1,0 +1,72 @@
+import { once } from 'node:events';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from '@cadre/observability';
+import { AgentServiceService, toProtoTeamEvent, type TeamEventProto, type WatchTeamRequest } from '@cadre/protocol';
+import type { Authenticator } from '../auth.ts';
+import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
+import type { TaskService } from '../tasks/task-service.ts';
+
+export interface AgentServiceDeps {
+  auth: Authenticator;
+  tasks: TaskService;
+  logger: Logger;
+  onWatchStart(): void;
+  onWatchEnd(): void;
+}
+
+/**
+ * roz.v1.AgentService. WatchTeam streams a task's events after `after_seq`, live, and ends after the terminal
+ * event (roz's never ends). It waits for `drain` whenever write() returns false, so a slow client costs a
+ * bounded buffer, not memory without end.
+ */
+export function agentService(deps: AgentServiceDeps): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
+  const watchTeam = async (call: grpc.ServerWritableStream<WatchTeamRequest, TeamEventProto>): Promise<void> => {
+    deps.onWatchStart();
+    let watcher: Awaited<ReturnType<TaskService['watch']>> = null;
+    const stop = (): void => void watcher?.return();
+    call.on('cancelled', stop);
+    try {
+      const principal = deps.auth.authenticate(metadataValue(call.metadata, 'authorization'));
+      const taskId = call.request.taskId;
+      watcher = await deps.tasks.watch(principal, taskId, call.request.afterSeq ?? 0);
+      if (call.cancelled) stop();
+      if (watcher) {
+        for await (const event of watcher) {
+          if (call.cancelled) break;
+          if (!call.write(toProtoTeamEvent(taskId, event))) await drainOrCancel(call);
+        }
+      }
+      if (!call.cancelled) call.end();
+    } catch (err) {
+      const api = toApiError(err);
+      if (!api) deps.logger.error({ err }, 'WatchTeam failed');
+      if (!call.cancelled) {
+        call.destroy(Object.assign(new Error(api?.message ?? 'internal error'), {
+          code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL,
+          details: api?.message ?? 'internal error',
+        }));
+      }
+    } finally {
+      call.off('cancelled', stop);
+      deps.onWatchEnd();
+    }
+  };
+  return {
+    definition: AgentServiceService as unknown as grpc.ServiceDefinition,
+    implementation: { watchTeam } as unknown as grpc.UntypedServiceImplementation,
+  };
+}
+
+function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
+  const value = metadata.get(key)[0];
+  return typeof value === 'string' ? value : undefined;
+}
+
+async function drainOrCancel(call: grpc.ServerWritableStream<unknown, unknown>): Promise<void> {
+  const ac = new AbortController();
+  const cancelled = once(call, 'cancelled', { signal: ac.signal }).catch(() => undefined);
+  await Promise.race([once(call, 'drain', { signal: ac.signal }).catch(() => undefined), cancelled]);
+  ac.abort();
+}
+
+export { ApiError };

@@ -1,0 +1,62 @@
+import http from 'node:http';
+import { Ajv } from 'ajv';
+import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify';
+import type { Logger } from '@cadre/observability';
+import type { Registry } from 'prom-client';
+import type { Authenticator } from '../auth.ts';
+import { httpStatusOf, toApiError } from '../errors.ts';
+import type { TaskService } from '../tasks/task-service.ts';
+import { healthRoutes } from './routes/health.routes.ts';
+import { taskRoutes } from './routes/tasks.routes.ts';
+import type { SseSessions } from './sse.ts';
+
+export interface HttpAppDeps {
+  logger: Logger;
+  auth: Authenticator;
+  tasks: TaskService;
+  sse: SseSessions;
+  metrics: Registry;
+  isReady: () => Promise<boolean>;
+  bodyLimitBytes: number;
+}
+
+// Bodies are validated strictly (no coercion, unknown fields rejected); querystrings and params arrive as text,
+// so they are coerced ("after_seq=5" → 5) by a second Ajv.
+const strictAjv = new Ajv({ allErrors: false, coerceTypes: false, removeAdditional: false, useDefaults: true });
+const coercingAjv = new Ajv({ allErrors: false, coerceTypes: true, removeAdditional: false, useDefaults: true });
+
+/**
+ * The HTTP surface as a Fastify instance that does not listen: main.ts hands it connections from the shared
+ * port, tests use inject() or a real port.
+ */
+export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
+  const app = fastify({
+    loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    disableRequestLogging: true,
+    bodyLimit: deps.bodyLimitBytes,
+    serverFactory: (handler) => http.createServer(handler),
+    return503OnClosing: true,
+  });
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    (httpPart === 'body' ? strictAjv : coercingAjv).compile(schema as object) as (data: unknown) => boolean,
+  );
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const api = toApiError(err);
+    if (api) return reply.status(httpStatusOf(api.code)).send({ error: { code: api.code, message: api.message } });
+    if (err.validation) {
+      return reply.status(400).send({ error: { code: 'invalid_argument', message: `${err.validationContext ?? 'request'}${err.message.replace(/^(body|querystring|params|headers)/, '')}` } });
+    }
+    const status = err.statusCode ?? 500;
+    if (status < 500) return reply.status(status).send({ error: { code: err.code ?? 'bad_request', message: err.message } });
+    request.log.error({ err, url: request.routeOptions.url }, 'request failed');
+    return reply.status(500).send({ error: { code: 'internal', message: 'internal error' } });
+  });
+  app.setNotFoundHandler((request, reply) =>
+    reply.status(404).send({ error: { code: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` } }),
+  );
+
+  app.register(healthRoutes, deps);
+  app.register(taskRoutes, deps);
+  return app;
+}

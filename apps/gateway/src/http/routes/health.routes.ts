@@ -1,0 +1,15 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { HttpAppDeps } from '../app.ts';
+
+/** Liveness (the process answers), readiness (Redis answers and we are not draining), Prometheus metrics. */
+export const healthRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_request, reply) => {
+    const ready = await deps.isReady().catch(() => false);
+    return reply.status(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not_ready' });
+  });
+  app.get('/metrics', async (_request, reply) => {
+    reply.header('content-type', deps.metrics.contentType);
+    return deps.metrics.metrics();
+  });
+};

@@ -1,0 +1,78 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { ApiError } from '../../errors.ts';
+import type { Principal } from '../../auth.ts';
+import type { HttpAppDeps } from '../app.ts';
+import { cancelBody, createTaskBody, eventsQuery, streamQuery, taskParams, type CreateTaskBody } from '../schemas/tasks.schema.ts';
+
+interface TaskParams {
+  task_id: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal;
+  }
+}
+
+/** POST /api/tasks, GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
+export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+  app.decorateRequest('principal', null as unknown as Principal);
+  app.addHook('onRequest', async (request: FastifyRequest) => {
+    request.principal = deps.auth.authenticate(request.headers.authorization);
+  });
+
+  app.post<{ Body: CreateTaskBody }>('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {
+    const idempotencyKey = headerValue(request.headers['idempotency-key']);
+    if (idempotencyKey !== undefined && (idempotencyKey.length === 0 || idempotencyKey.length > 255)) {
+      throw new ApiError('invalid_argument', 'Idempotency-Key must be 1 to 255 characters');
+    }
+    const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKey);
+    return reply.status(created ? 201 : 200).send({ task });
+  });
+
+  app.get<{ Params: TaskParams }>('/api/tasks/:task_id', { schema: { params: taskParams } }, async (request) => {
+    return { task: await deps.tasks.get(request.principal, request.params.task_id) };
+  });
+
+  app.get<{ Params: TaskParams; Querystring: { after_seq?: number; limit?: number } }>(
+    '/api/tasks/:task_id/events',
+    { schema: { params: taskParams, querystring: eventsQuery } },
+    async (request) => {
+      const { task_id } = request.params;
+      const afterSeq = request.query.after_seq ?? 0;
+      const page = await deps.tasks.events(request.principal, task_id, afterSeq, request.query.limit ?? 200);
+      return { task_id, ...page };
+    },
+  );
+
+  app.get<{ Params: TaskParams; Querystring: { after_seq?: number } }>(
+    '/api/tasks/:task_id/stream',
+    { schema: { params: taskParams, querystring: streamQuery } },
+    async (request, reply) => {
+      const afterSeq = lastEventId(request.headers['last-event-id']) ?? request.query.after_seq ?? 0;
+      const watcher = await deps.tasks.watch(request.principal, request.params.task_id, afterSeq);
+      deps.sse.serve(request, reply, watcher);
+    },
+  );
+
+  app.post<{ Params: TaskParams; Body: { reason?: string } | null }>(
+    '/api/tasks/:task_id/cancel',
+    { schema: { params: taskParams, body: cancelBody } },
+    async (request) => {
+      const reason = request.body?.reason ?? 'cancelled by request';
+      return { task: await deps.tasks.cancel(request.principal, request.params.task_id, reason) };
+    },
+  );
+};
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** SSE reconnects send the last seq they saw as Last-Event-ID; it wins over ?after_seq. */
+function lastEventId(value: string | string[] | undefined): number | undefined {
+  const raw = headerValue(value);
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d{1,15}$/.test(raw)) throw new ApiError('invalid_argument', `Last-Event-ID must be a seq (a non-negative integer), got "${raw.slice(0, 32)}"`);
+  return Number(raw);
+}

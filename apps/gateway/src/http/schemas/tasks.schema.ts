@@ -1,0 +1,82 @@
+// JSON schemas of the tasks API, one per part; Fastify validates requests against them before a handler runs.
+// Bodies are strict (unknown fields are an error, types are not coerced); querystrings are coerced from text.
+
+const text = (maxLength: number) => ({ type: 'string', minLength: 1, maxLength }) as const;
+
+export const LIMITS = { goal: 20_000, instructions: 20_000, workers: 16, tools: 16, maxWorkers: 16 } as const;
+
+export const createTaskBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id', 'goal'],
+  properties: {
+    workspace_id: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
+    goal: text(LIMITS.goal),
+    team: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        lead: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { instructions: text(LIMITS.instructions), model: text(200) },
+        },
+        workers: {
+          type: 'array',
+          maxItems: LIMITS.workers,
+          items: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['role'],
+            properties: {
+              role: text(64),
+              instructions: text(LIMITS.instructions),
+              model: text(200),
+              tools: { type: 'array', maxItems: LIMITS.tools, uniqueItems: true, items: text(64) },
+            },
+          },
+        },
+        max_workers: { type: 'integer', minimum: 1, maximum: LIMITS.maxWorkers },
+      },
+    },
+    metadata: { type: 'object', maxProperties: 64 },
+  },
+} as const;
+
+export interface CreateTaskBody {
+  workspace_id: string;
+  goal: string;
+  team?: {
+    lead?: { instructions?: string; model?: string };
+    workers?: { role: string; instructions?: string; model?: string; tools?: string[] }[];
+    max_workers?: number;
+  };
+  metadata?: Record<string, unknown>;
+}
+
+export const taskParams = {
+  type: 'object',
+  required: ['task_id'],
+  properties: { task_id: { type: 'string', maxLength: 64 } },
+} as const;
+
+export const eventsQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    after_seq: { type: 'integer', minimum: 0 },
+    limit: { type: 'integer', minimum: 1, maximum: 1000 },
+  },
+} as const;
+
+export const streamQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { after_seq: { type: 'integer', minimum: 0 } },
+} as const;
+
+export const cancelBody = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: { reason: text(500) },
+} as const;

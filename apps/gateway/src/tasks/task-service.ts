@@ -1,0 +1,122 @@
+import type { Logger } from '@cadre/observability';
+import { resolveTools, UnknownToolError } from '@cadre/agent';
+import { TERMINAL_TASK_STATUSES, type TeamEvent } from '@cadre/protocol';
+import { type EventFanout, type TaskRecord, type TaskStore, type TaskWatcher, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { canAccess, type Principal } from '../auth.ts';
+import { ApiError } from '../errors.ts';
+import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export const DEFAULT_LEAD_INSTRUCTIONS =
+  'You lead a team of agents. Plan the work, spawn workers for its parts with spawn_worker, then combine their results into one answer.';
+export const DEFAULT_WORKER_INSTRUCTIONS = 'Do your part of the team goal and answer with your findings.';
+
+export interface TaskServiceDeps {
+  store: TaskStore;
+  queue: TeamQueue;
+  fanout: EventFanout;
+  logger: Logger;
+  defaultMaxWorkers: number;
+}
+
+/** The task operations behind both HTTP and gRPC, so the two edges cannot drift apart. */
+export class TaskService {
+  private readonly deps: TaskServiceDeps;
+
+  constructor(deps: TaskServiceDeps) {
+    this.deps = deps;
+  }
+
+  async create(principal: Principal, body: CreateTaskBody, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
+    if (!canAccess(principal, body.workspace_id)) {
+      throw new ApiError('permission_denied', `this key is not valid for workspace "${body.workspace_id}"`);
+    }
+    const team = normaliseTeam(body, this.deps.defaultMaxWorkers);
+    const { task, created } = await this.deps.store.createTask(
+      { workspace_id: body.workspace_id, goal: body.goal, team, metadata: body.metadata ?? {} },
+      idempotencyKey,
+    );
+    // Enqueueing is idempotent (job ids derive from the task), so a retry after a crash between the two
+    // steps finishes the first request's work instead of leaving the task queued forever.
+    if (task.status === 'queued') await this.deps.queue.enqueueTask(task);
+    if (created) this.deps.logger.info({ taskId: task.task_id, workspaceId: task.workspace_id, mode: task.mode }, 'task created');
+    return { task, created };
+  }
+
+  async get(principal: Principal, taskId: string): Promise<TaskRecord> {
+    checkTaskId(taskId);
+    const task = await this.deps.store.getTask(taskId);
+    // Another workspace's task is indistinguishable from a missing one.
+    if (!task || !canAccess(principal, task.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
+    return task;
+  }
+
+  async events(principal: Principal, taskId: string, afterSeq: number, limit: number): Promise<{ events: TeamEvent[]; next_after_seq: number }> {
+    checkTaskId(taskId);
+    const page = await this.deps.store.readEvents(taskId, afterSeq, limit);
+    if (!page || !canAccess(principal, page.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
+    if (page.events.length === 0) await this.checkCursor(taskId, afterSeq);
+    return { events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
+  }
+
+  async cancel(principal: Principal, taskId: string, reason: string): Promise<TaskRecord> {
+    const task = await this.get(principal, taskId);
+    if (task.status === 'completed' || task.status === 'failed') {
+      throw new ApiError('conflict', `task ${taskId} already ${task.status}; only a queued or running task can be cancelled`);
+    }
+    const outcome = await this.deps.store.cancelTask(taskId, reason);
+    if (outcome === 'cancelled') this.deps.logger.info({ taskId, reason }, 'task cancelled');
+    return (await this.deps.store.getTask(taskId)) ?? task;
+  }
+
+  /**
+   * A live view of the task's events after `afterSeq`, ending after the terminal event; `null` when the reader
+   * already has everything (a finished task read up to its last event).
+   */
+  async watch(principal: Principal, taskId: string, afterSeq: number): Promise<TaskWatcher | null> {
+    const task = await this.get(principal, taskId);
+    if (afterSeq > task.last_seq) {
+      throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of task ${taskId}'s log (last seq ${task.last_seq})`);
+    }
+    if (afterSeq === task.last_seq && TERMINAL_TASK_STATUSES.includes(task.status)) return null;
+    return this.deps.fanout.watch(taskId, afterSeq);
+  }
+
+  private async checkCursor(taskId: string, afterSeq: number): Promise<void> {
+    const task = await this.deps.store.getTask(taskId);
+    if (task && afterSeq > task.last_seq) {
+      throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of task ${taskId}'s log (last seq ${task.last_seq})`);
+    }
+  }
+}
+
+export function checkTaskId(taskId: string): void {
+  if (!UUID.test(taskId)) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${taskId.slice(0, 64)}"`);
+}
+
+function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpec {
+  const workers = (body.team?.workers ?? []).map((w) => ({
+    role: w.role,
+    instructions: w.instructions ?? DEFAULT_WORKER_INSTRUCTIONS,
+    model: w.model,
+    tools: w.tools ?? [],
+  }));
+  for (const w of workers) {
+    try {
+      resolveTools(w.tools);
+    } catch (err) {
+      if (err instanceof UnknownToolError) throw new ApiError('unprocessable', `team.workers[${w.role}]: ${err.message}`);
+      throw err;
+    }
+  }
+  const maxWorkers = body.team?.max_workers ?? defaultMaxWorkers;
+  if (workers.length > maxWorkers) {
+    throw new ApiError('unprocessable', `team.workers has ${workers.length} workers but max_workers is ${maxWorkers}`);
+  }
+  return {
+    lead: { instructions: body.team?.lead?.instructions ?? DEFAULT_LEAD_INSTRUCTIONS, model: body.team?.lead?.model },
+    workers,
+    max_workers: maxWorkers,
+  };
+}

@@ -1,0 +1,29 @@
+import { hostname } from 'node:os';
+import { int, readConfig, str, url, type Env } from '@cadre/config';
+
+/** The only reader of the environment for the worker pool; parsed once at start-up. */
+export function workerConfig(env: Env) {
+  return readConfig(env, {
+    redisUrl: url('REDIS_URL'),
+    openaiBaseUrl: url('OPENAI_BASE_URL'),
+    openaiApiKey: str('OPENAI_API_KEY'),
+    model: str('CADRE_MODEL', 'cadre-scripted'),
+    concurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
+    hostId: str('CADRE_HOST_ID', `${hostname()}:${process.pid}`),
+    keyPrefix: str('CADRE_KEY_PREFIX', 'cadre'),
+    logLevel: str('LOG_LEVEL', 'info'),
+    retentionSec: int('CADRE_EVENT_RETENTION_SEC', 7 * 24 * 3600, { min: 60 }),
+    maxEventsPerTask: int('CADRE_MAX_EVENTS_PER_TASK', 100_000, { min: 100 }),
+    maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),
+    workerTimeoutMs: int('CADRE_WORKER_TIMEOUT_MS', 300_000, { min: 100 }),
+    modelRetries: int('CADRE_MODEL_RETRIES', 3, { min: 0, max: 10 }),
+    /** A job whose lock is not renewed for this long is handed to another worker (crash recovery). */
+    lockMs: int('CADRE_JOB_LOCK_MS', 30_000, { min: 500 }),
+    /** How many times a job may lose its worker before it fails for good. */
+    maxAttempts: int('CADRE_MAX_ATTEMPTS', 3, { min: 1, max: 20 }),
+    shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
+    metricsPort: int('WORKER_METRICS_PORT', 0, { min: 0, max: 65535 }),
+  });
+}
+
+export type WorkerConfig = ReturnType<typeof workerConfig>;

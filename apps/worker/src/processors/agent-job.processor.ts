@@ -1,0 +1,232 @@
+import { UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
+import type OpenAI from 'openai';
+import { resolveTools, runAgent, type AgentHooks, type AgentOutcome, type AgentTool } from '@cadre/agent';
+import type { Logger } from '@cadre/observability';
+import type { TokenUsage } from '@cadre/protocol';
+import {
+  AGENT_JOB_OPTIONS,
+  LEAD_WORKER_ID,
+  StoreError,
+  agentJobId,
+  type AgentJobData,
+  type TaskRecord,
+  type TaskStore,
+  type TeamQueue,
+  type WorkerRecord,
+} from '@cadre/store';
+import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
+import { spawnWorkerTool } from './spawn-worker.tool.ts';
+
+export interface AgentJobDeps {
+  store: TaskStore;
+  queue: TeamQueue;
+  cancels: CancelRegistry;
+  model: OpenAI;
+  defaultModel: string;
+  hostId: string;
+  maxTurns: number;
+  workerTimeoutMs: number;
+  logger: Logger;
+  onFinished?(outcome: 'completed' | 'failed', durationMs: number): void;
+}
+
+export interface AgentJobResult {
+  workerId: string;
+  status: 'completed' | 'failed' | 'skipped';
+  result?: string;
+}
+
+const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+const addUsage = (a: TokenUsage, b: TokenUsage | null | undefined): TokenUsage => ({
+  prompt_tokens: a.prompt_tokens + (b?.prompt_tokens ?? 0),
+  completion_tokens: a.completion_tokens + (b?.completion_tokens ?? 0),
+  total_tokens: a.total_tokens + (b?.total_tokens ?? 0),
+});
+
+/**
+ * Runs one agent job: a worker of a team, or its lead (plan, then synthesize). The job's BullMQ lock token is the
+ * attempt's lease in the task roster: every event this attempt appends is fenced by it, so a process that lost
+ * its lock cannot write for the job any more.
+ */
+export class AgentJobProcessor {
+  private readonly deps: AgentJobDeps;
+  /** Running jobs by BullMQ job id, so a lost lock or a shutdown can abort the right loop. */
+  private readonly running = new Map<string, AbortController>();
+
+  constructor(deps: AgentJobDeps) {
+    this.deps = deps;
+  }
+
+  abortJob(jobId: string, cause: AbortCause): void {
+    this.running.get(jobId)?.abort(cause);
+  }
+
+  abortAll(cause: AbortCause): void {
+    for (const ac of this.running.values()) ac.abort(cause);
+  }
+
+  readonly process = async (job: Job<AgentJobData>, token?: string): Promise<AgentJobResult> => {
+    if (!token) throw new Error('agent jobs need a lock token');
+    const { taskId, workerId } = job.data;
+    const log = this.deps.logger.child({ taskId, workerId, jobId: job.id });
+    const started = performance.now();
+
+    try {
+      await this.deps.store.claimWorker(taskId, workerId, token, this.deps.hostId);
+    } catch (err) {
+      // The task was cancelled or finished, or this worker already finished (a crash after its last write):
+      // nothing is left to do for this job.
+      if (err instanceof StoreError && ['task_finished', 'task_not_found', 'worker_finished'].includes(err.code)) {
+        log.info({ reason: err.code }, 'agent job skipped');
+        return { workerId, status: 'skipped' };
+      }
+      throw err;
+    }
+    const task = await this.deps.store.getTask(taskId);
+    const worker = task && (await this.deps.store.getWorker(taskId, workerId));
+    if (!task || !worker) return { workerId, status: 'skipped' };
+
+    const ac = this.deps.cancels.register(taskId);
+    this.running.set(job.id!, ac);
+    try {
+      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, task, worker, ac) : await this.runWorker(job, token, task, worker, ac);
+      this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', performance.now() - started);
+      return result;
+    } catch (err) {
+      return this.settleInterrupted(err, job, token, ac, log);
+    } finally {
+      this.running.delete(job.id!);
+      this.deps.cancels.unregister(taskId, ac);
+    }
+  };
+
+  private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskRecord, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+    const outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal);
+    return this.finish(job, lease, task, worker, outcome, undefined);
+  }
+
+  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskRecord, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+    if (job.data.step === 'plan') {
+      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.workers.length, defaultModel: lead.model });
+      const outcome = await this.runLoop(task, lead, lease, [tool], `Team goal: ${task.goal}`, ac.signal);
+      if (!outcome.ok || spawned.length === 0) {
+        // The lead answered alone (or failed): its answer is the task's.
+        return this.finish(job, lease, task, lead, outcome, outcome);
+      }
+      await this.deps.store.addWorkers(task.task_id, lease, spawned);
+      await this.deps.queue.queue.addBulk(
+        spawned.map((w) => ({
+          name: 'worker',
+          data: { taskId: task.task_id, workerId: w.worker_id },
+          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(task.task_id, w.worker_id), parent: { id: job.id!, queue: job.queueQualifiedName }, ignoreDependencyOnFailure: true },
+        })),
+      );
+      await job.updateData({ ...job.data, step: 'synthesize' });
+      await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
+      await this.deps.store.finishWorker(task.task_id, LEAD_WORKER_ID, lease, { outcome: 'waiting' });
+      if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
+      // Every child already finished: carry on with the same lease.
+      await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId);
+    }
+    return this.synthesize(job, lease, task, lead, ac);
+  }
+
+  /** The lead turns its workers' results into the task's result. */
+  private async synthesize(job: Job<AgentJobData>, lease: string, task: TaskRecord, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+    const fresh = (await this.deps.store.getTask(task.task_id)) ?? task;
+    const workers = fresh.workers.filter((w) => w.worker_id !== LEAD_WORKER_ID);
+    const done = workers.filter((w) => w.status === 'completed');
+    if (done.length === 0) {
+      const reason = workers.length === 0 ? 'the team has no workers' : 'every worker failed';
+      const outcome: AgentOutcome = { ok: false, reason: 'tool_error', message: reason, usage: ZERO, turns: 0 };
+      return this.finish(job, lease, fresh, lead, outcome, outcome);
+    }
+    const report = workers
+      .map((w) => `- ${w.worker_id} (${w.role}): ${w.status === 'completed' ? w.result : `failed (${w.failure_reason})`}`)
+      .join('\n');
+    const input = `Team goal: ${task.goal}\n\nCombine your workers' results into the team's answer.\nWorker results:\n${report}`;
+    const outcome = await this.runLoop(fresh, lead, lease, [], input, ac.signal);
+    return this.finish(job, lease, fresh, lead, outcome, outcome);
+  }
+
+  private runLoop(task: TaskRecord, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal): Promise<AgentOutcome> {
+    const { store } = this.deps;
+    const hooks: AgentHooks = {
+      onTurn: async (turn) => {
+        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_phase', { phase: 'thinking', mode: 'react', turn });
+      },
+      onToolCall: async (call) => {
+        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_tool_call', { tool: call.tool, call_id: call.callId, arguments: call.arguments });
+      },
+    };
+    return runAgent({
+      client: this.deps.model,
+      spec: { role: worker.role, instructions: worker.instructions, model: worker.model ?? this.deps.defaultModel, tools, maxTurns: this.deps.maxTurns, timeoutMs: this.deps.workerTimeoutMs },
+      input,
+      signal,
+      hooks,
+    });
+  }
+
+  /**
+   * Records the attempt's outcome (and, for the lead, the task's). A failed worker fails its job without retry:
+   * the model already had its retries, and the lead carries on with the others' results.
+   */
+  private async finish(job: Job<AgentJobData>, lease: string, task: TaskRecord, worker: WorkerRecord, outcome: AgentOutcome, taskOutcome: AgentOutcome | undefined): Promise<AgentJobResult> {
+    const isLead = taskOutcome !== undefined;
+    if (outcome.ok) {
+      const usage = isLead ? (await this.teamUsage(task.task_id, outcome.usage)) : outcome.usage;
+      await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'completed', result: outcome.result, usage: outcome.usage },
+        isLead ? { status: 'completed', result: outcome.result, usage } : undefined);
+      return { workerId: worker.worker_id, status: 'completed', result: outcome.result };
+    }
+    if (outcome.reason === 'cancelled') throw new AbortedError();
+    await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'failed', reason: outcome.reason, message: outcome.message },
+      isLead ? { status: 'failed', reason: `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined);
+    this.deps.logger.warn({ taskId: task.task_id, workerId: worker.worker_id, jobId: job.id, reason: outcome.reason, message: outcome.message }, 'agent failed');
+    throw new UnrecoverableError(`${outcome.reason}: ${outcome.message}`);
+  }
+
+  private async teamUsage(taskId: string, leadUsage: TokenUsage): Promise<TokenUsage> {
+    const task = await this.deps.store.getTask(taskId);
+    let total = leadUsage;
+    for (const w of task?.workers ?? []) total = addUsage(total, w.usage);
+    return total;
+  }
+
+  /** A loop that stopped before its outcome could be recorded: decide from why it stopped. */
+  private async settleInterrupted(err: unknown, job: Job<AgentJobData>, lease: string, ac: AbortController, log: Logger): Promise<AgentJobResult> {
+    if (err instanceof UnrecoverableError || err instanceof WaitingChildrenError) throw err;
+    const { taskId, workerId } = job.data;
+    const cause = ac.signal.reason as AbortCause | undefined;
+    const storeCode = err instanceof StoreError ? err.code : undefined;
+    if (cause === 'cancelled' || storeCode === 'task_finished') {
+      // The cancel already wrote this worker's end into the log.
+      log.info('agent stopped: task cancelled');
+      return { workerId, status: 'skipped' };
+    }
+    if (cause === 'lease_lost' || storeCode === 'lease_lost') {
+      // Another process holds the job now; anything we wrote would be refused.
+      log.warn('agent stopped: lock lost to another worker');
+      throw new Error('lock lost');
+    }
+    if (cause === 'shutdown') {
+      // Hand the job back: the next attempt starts on another worker.
+      await this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'released', reason: 'worker_shutdown', message: `host ${this.deps.hostId} shut down` }).catch(() => undefined);
+      await job.moveToWait(lease);
+      throw new WaitingError();
+    }
+    log.error({ err }, 'agent job failed');
+    await this.deps.store
+      .finishWorker(taskId, workerId, lease, { outcome: 'failed', reason: 'internal_error', message: err instanceof Error ? err.message : String(err) },
+        workerId === LEAD_WORKER_ID ? { status: 'failed', reason: 'lead failed: internal_error' } : undefined)
+      .catch(() => undefined);
+    throw new UnrecoverableError(`internal_error: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+class AbortedError extends Error {
+  constructor() {
+    super('agent loop aborted');
+  }
+}

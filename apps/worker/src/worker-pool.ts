@@ -1,0 +1,101 @@
+import http from 'node:http';
+import { Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { Counter, Histogram, Gauge } from 'prom-client';
+import { createModelClient } from '@cadre/agent';
+import { createMetricsRegistry, type Logger } from '@cadre/observability';
+import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
+import { CancelRegistry } from './cancel-registry.ts';
+import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
+import type { WorkerConfig } from './config.ts';
+
+export interface WorkerPool {
+  metricsPort: number | undefined;
+  /** Stop taking jobs; let running ones finish for `graceMs`, then hand them back and exit. */
+  close(graceMs?: number): Promise<void>;
+}
+
+type PoolConfig = WorkerConfig & { redisUrl: string; openaiBaseUrl: string; openaiApiKey: string };
+
+/** A BullMQ worker running agent jobs, plus the cancel listener and metrics endpoint around it. */
+export async function startWorkerPool(config: PoolConfig, logger: Logger): Promise<WorkerPool> {
+  const keys = new KeyBuilder(config.keyPrefix);
+  const redis = connectRedis(config.redisUrl, 'cadre-worker');
+  const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel');
+  const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  const queue = new TeamQueue({ connection: redis, keys });
+  const cancels = new CancelRegistry();
+  await cancels.listen(subscriber, keys.cancelChannel());
+
+  const metrics = createMetricsRegistry('worker');
+  const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
+  const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
+  new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
+
+  const processor = new AgentJobProcessor({
+    store,
+    queue,
+    cancels,
+    model: createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries }),
+    defaultModel: config.model,
+    hostId: config.hostId,
+    maxTurns: config.maxTurns,
+    workerTimeoutMs: config.workerTimeoutMs,
+    logger,
+    onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
+  });
+
+  const worker = new Worker<AgentJobData, AgentJobResult>(AGENT_QUEUE, processor.process, {
+    connection: redis as unknown as ConnectionOptions,
+    prefix: keys.bullPrefix(),
+    concurrency: config.concurrency,
+    lockDuration: config.lockMs,
+    stalledInterval: Math.max(250, Math.floor(config.lockMs / 2)),
+    // A stalled job goes back to wait this many times (a lost worker each time) before it fails.
+    maxStalledCount: config.maxAttempts - 1,
+    autorun: false,
+  });
+  worker.on('lockRenewalFailed', (jobIds) => {
+    for (const id of jobIds) processor.abortJob(id, 'lease_lost');
+  });
+  worker.on('failed', (job: Job<AgentJobData> | undefined, err: Error) => {
+    // A job that lost its worker too often is failed by BullMQ's stall check, not by our processor: record it.
+    if (!job || !/stalled/i.test(err.message)) return;
+    lostJobs.inc();
+    const { taskId, workerId } = job.data;
+    const reason = `lost its worker ${config.maxAttempts} times`;
+    void store
+      .finishWorker(taskId, workerId, '', { outcome: 'failed', reason: 'worker_lost', message: reason }, workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead ${reason}` } : undefined)
+      .catch((e: unknown) => {
+        if (!(e instanceof StoreError)) logger.error({ err: e, taskId, workerId }, 'could not record a lost job');
+      });
+  });
+  worker.on('error', (err) => logger.error({ err }, 'bullmq worker error'));
+  void worker.run();
+  await worker.waitUntilReady();
+
+  const metricsServer = config.metricsPort > 0 ? await serveMetrics(config.metricsPort, metrics) : undefined;
+  logger.info({ concurrency: config.concurrency, hostId: config.hostId, metricsPort: config.metricsPort || undefined }, 'worker pool ready');
+
+  return {
+    metricsPort: metricsServer ? (metricsServer.address() as { port: number }).port : undefined,
+    async close(graceMs = config.shutdownGraceMs) {
+      // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
+      // which makes each processor hand its job back (moveToWait) before close() resolves.
+      const deadline = setTimeout(() => processor.abortAll('shutdown'), graceMs);
+      await worker.close();
+      clearTimeout(deadline);
+      metricsServer?.close();
+      await queue.close();
+      await Promise.all([subscriber.quit().catch(() => undefined), redis.quit().catch(() => undefined)]);
+    },
+  };
+}
+
+async function serveMetrics(port: number, registry: ReturnType<typeof createMetricsRegistry>): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    if (req.url !== '/metrics') return void res.writeHead(404).end();
+    void registry.metrics().then((body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body));
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return server;
+}

@@ -1,0 +1,15 @@
+// @cadre/agent: the agent loop shared by the worker pool and VM agents, its model client and builtin tools.
+export type {
+  AgentFailureReason,
+  AgentHooks,
+  AgentOutcome,
+  AgentSpec,
+  AgentTool,
+  RunAgentOptions,
+  ToolContext,
+} from './types.ts';
+export { runAgent } from './run-agent.ts';
+export { createModelClient } from './model-client.ts';
+export type { ModelClientOptions } from './model-client.ts';
+export { builtinTools, resolveTools, UnknownToolError, MAX_WAIT_MS } from './tools/builtin.ts';
+export { evaluateArithmetic, CalculationError } from './tools/calculate.ts';

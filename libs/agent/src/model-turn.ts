@@ -1,0 +1,58 @@
+import type OpenAI from 'openai';
+import type {
+  ChatCompletionCreateParamsStreaming,
+  ChatCompletionMessageFunctionToolCall,
+} from 'openai/resources/chat/completions';
+import type { TokenUsage } from '@cadre/protocol';
+import { abortError } from './abort.ts';
+
+export interface ModelTurn {
+  content: string;
+  toolCalls: ChatCompletionMessageFunctionToolCall[];
+  usage: TokenUsage;
+}
+
+/**
+ * One streaming chat completion, assembled from its deltas: content concatenated, tool calls keyed by their index
+ * with arguments concatenated, usage from the final usage chunk. Throws an AbortError if `signal` ends the stream
+ * (openai's iterator just stops on abort, which would otherwise look like a short answer).
+ */
+export async function streamModelTurn(
+  client: OpenAI,
+  params: Omit<ChatCompletionCreateParamsStreaming, 'stream' | 'stream_options'>,
+  signal: AbortSignal,
+): Promise<ModelTurn> {
+  const stream = await client.chat.completions.create(
+    { ...params, stream: true, stream_options: { include_usage: true } },
+    { signal },
+  );
+  let content = '';
+  const calls = new Map<number, ChatCompletionMessageFunctionToolCall>();
+  const usage: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  for await (const chunk of stream) {
+    if (chunk.usage) {
+      usage.prompt_tokens += chunk.usage.prompt_tokens;
+      usage.completion_tokens += chunk.usage.completion_tokens;
+      usage.total_tokens += chunk.usage.total_tokens;
+    }
+    // Only the first choice: the loop never asks for n > 1.
+    const delta = chunk.choices.find((choice) => choice.index === 0)?.delta;
+    if (!delta) continue;
+    if (delta.content) content += delta.content;
+    for (const part of delta.tool_calls ?? []) {
+      let call = calls.get(part.index);
+      if (!call) {
+        call = { id: '', type: 'function', function: { name: '', arguments: '' } };
+        calls.set(part.index, call);
+      }
+      if (part.id) call.id = part.id;
+      if (part.function?.name) call.function.name = part.function.name;
+      if (part.function?.arguments) call.function.arguments += part.function.arguments;
+    }
+  }
+  if (signal.aborted) throw abortError(signal);
+  const toolCalls = [...calls.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([index, call]) => (call.id ? call : { ...call, id: `call_${index}` }));
+  return { content, toolCalls, usage };
+}

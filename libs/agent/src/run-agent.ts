@@ -1,0 +1,148 @@
+import OpenAI from 'openai';
+import type {
+  ChatCompletionFunctionTool,
+  ChatCompletionMessageFunctionToolCall,
+  ChatCompletionMessageParam,
+} from 'openai/resources/chat/completions';
+import type { TokenUsage } from '@cadre/protocol';
+import { isAbortError, untilAborted } from './abort.ts';
+import { streamModelTurn } from './model-turn.ts';
+import type { AgentFailureReason, AgentOutcome, AgentTool, RunAgentOptions, ToolContext } from './types.ts';
+
+/**
+ * Runs one agent to an outcome: model turn, tool calls, repeat until the model answers without tools.
+ * Cancel (the caller's signal) and the spec's timeout abort the in-flight model stream and the running tools at
+ * once. A hook that throws is rethrown: it is not an outcome.
+ */
+export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
+  const { client, spec, input, hooks } = opts;
+  const deadline = AbortSignal.timeout(spec.timeoutMs);
+  const signal = AbortSignal.any([opts.signal, deadline]);
+  const toolsByName = new Map(spec.tools.map((tool) => [tool.name, tool]));
+  const tools: ChatCompletionFunctionTool[] = spec.tools.map((tool) => ({
+    type: 'function',
+    function: { name: tool.name, description: tool.description, parameters: tool.parameters },
+  }));
+  const messages: ChatCompletionMessageParam[] = [
+    { role: 'system', content: `You are the ${spec.role} agent in a Cadre team.\n${spec.instructions}` },
+    { role: 'user', content: input },
+  ];
+  const usage: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  let turns = 0;
+
+  const fail = (reason: AgentFailureReason, message: string): AgentOutcome => ({
+    ok: false,
+    reason,
+    message: redact(message, client.apiKey),
+    usage: { ...usage },
+    turns,
+  });
+  /** The outcome when `signal` has fired, telling the caller's cancel from our deadline. */
+  const aborted = (): AgentOutcome =>
+    opts.signal.aborted
+      ? fail('cancelled', `cancelled: ${reasonText(opts.signal.reason)}`)
+      : fail('timeout', `timed out after ${spec.timeoutMs} ms`);
+
+  while (true) {
+    if (signal.aborted) return aborted();
+    if (turns >= spec.maxTurns) {
+      return fail('max_turns', `no answer after ${spec.maxTurns} turn${spec.maxTurns === 1 ? '' : 's'}`);
+    }
+    turns++;
+    await hooks.onTurn(turns);
+    if (signal.aborted) return aborted();
+
+    let turn;
+    try {
+      turn = await untilAborted(
+        streamModelTurn(client, { model: spec.model, messages, ...(tools.length > 0 && { tools }) }, signal),
+        signal,
+      );
+    } catch (err) {
+      if (signal.aborted) return aborted();
+      return fail('model_error', modelErrorMessage(err));
+    }
+    addUsage(usage, turn.usage);
+
+    if (turn.toolCalls.length === 0) return { ok: true, result: turn.content, usage: { ...usage }, turns };
+    if (turns >= spec.maxTurns) {
+      const wanted = turn.toolCalls.map((call) => call.function.name).join(', ');
+      return fail('max_turns', `no answer after ${spec.maxTurns} turn${spec.maxTurns === 1 ? '' : 's'}; the model still called: ${wanted}`);
+    }
+
+    messages.push({ role: 'assistant', content: turn.content || null, tool_calls: turn.toolCalls });
+    for (const call of turn.toolCalls) {
+      await hooks.onToolCall({ tool: call.function.name, callId: call.id, arguments: call.function.arguments });
+    }
+    if (signal.aborted) return aborted();
+
+    const ctx: ToolContext = { signal };
+    let results: string[];
+    try {
+      // Concurrent, but the results go back in the model's order so the transcript is deterministic.
+      results = await untilAborted(Promise.all(turn.toolCalls.map((call) => runToolCall(call, toolsByName, ctx))), signal);
+    } catch (err) {
+      if (signal.aborted) return aborted();
+      return fail('tool_error', `tool aborted without a cancel: ${errorText(err)}`);
+    }
+    turn.toolCalls.forEach((call, i) => {
+      messages.push({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' });
+    });
+  }
+}
+
+/**
+ * The text the model sees for one call. Unknown tools, bad JSON and tool errors are reported to the model so it can
+ * recover; only an abort propagates.
+ */
+async function runToolCall(
+  call: ChatCompletionMessageFunctionToolCall,
+  toolsByName: ReadonlyMap<string, AgentTool>,
+  ctx: ToolContext,
+): Promise<string> {
+  const { name, arguments: rawArgs } = call.function;
+  const tool = toolsByName.get(name);
+  if (!tool) {
+    const known = [...toolsByName.keys()].join(', ') || 'none';
+    return `error: unknown tool "${name}"; available tools: ${known}`;
+  }
+  let args: unknown;
+  try {
+    args = rawArgs.trim() === '' ? {} : JSON.parse(rawArgs);
+  } catch (err) {
+    return `error: arguments for ${name} are not valid JSON (${errorText(err)})`;
+  }
+  try {
+    return await tool.run(args, ctx);
+  } catch (err) {
+    if (ctx.signal.aborted || isAbortError(err)) throw err;
+    return `error: ${errorText(err)}`;
+  }
+}
+
+function addUsage(total: TokenUsage, turn: TokenUsage): void {
+  total.prompt_tokens += turn.prompt_tokens;
+  total.completion_tokens += turn.completion_tokens;
+  total.total_tokens += turn.total_tokens;
+}
+
+/** Status and message only: an APIError also holds the response headers, which never leave this function. */
+function modelErrorMessage(err: unknown): string {
+  if (err instanceof OpenAI.APIError) {
+    return err.status === undefined ? `model API error: ${err.message}` : `model API error (status ${err.status}): ${err.message}`;
+  }
+  return `model API error: ${errorText(err)}`;
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function reasonText(reason: unknown): string {
+  if (reason instanceof Error) return reason.name === 'AbortError' ? 'aborted by the caller' : reason.message;
+  return reason === undefined ? 'aborted by the caller' : String(reason);
+}
+
+function redact(text: string, secret: string | null | undefined): string {
+  return secret && secret.length >= 4 ? text.split(secret).join('[redacted]') : text;
+}

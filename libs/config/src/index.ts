@@ -1,0 +1,119 @@
+// Parse configuration once, from one schema, reporting every problem at once. Apps call this in their
+// config.ts; nothing else reads process.env.
+
+export type Env = Record<string, string | undefined>;
+
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+    this.problems = problems;
+  }
+}
+
+/** A field reads the first of its names that is set; `parse` returns the value or throws a message. */
+export interface Field<T> {
+  names: readonly string[];
+  parse(raw: string | undefined, name: string): T;
+}
+
+export function readConfig<S extends Record<string, Field<unknown>>>(
+  env: Env,
+  schema: S,
+): { [K in keyof S]: S[K] extends Field<infer T> ? T : never } {
+  const out: Record<string, unknown> = {};
+  const problems: string[] = [];
+  for (const [key, field] of Object.entries(schema)) {
+    const name = field.names.find((n) => env[n] !== undefined && env[n] !== '') ?? field.names[0]!;
+    const raw = env[name] === '' ? undefined : env[name];
+    try {
+      out[key] = field.parse(raw, name);
+    } catch (err) {
+      problems.push(`${name}: ${(err as Error).message}`);
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return out as { [K in keyof S]: S[K] extends Field<infer T> ? T : never };
+}
+
+type Names = string | readonly string[];
+const namesOf = (n: Names): readonly string[] => (typeof n === 'string' ? [n] : n);
+
+export function str(names: Names, fallback: string): Field<string>;
+export function str(names: Names): Field<string | undefined>;
+export function str(names: Names, fallback?: string): Field<string | undefined> {
+  return { names: namesOf(names), parse: (raw) => raw ?? fallback };
+}
+
+export function int(names: Names, fallback: number, opts: { min?: number; max?: number } = {}): Field<number> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      if (raw === undefined) return fallback;
+      const value = Number(raw);
+      if (!Number.isInteger(value)) throw new Error(`expected an integer, got "${raw}"`);
+      if (opts.min !== undefined && value < opts.min) throw new Error(`must be >= ${opts.min}, got ${value}`);
+      if (opts.max !== undefined && value > opts.max) throw new Error(`must be <= ${opts.max}, got ${value}`);
+      return value;
+    },
+  };
+}
+
+export function bool(names: Names, fallback: boolean): Field<boolean> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      if (raw === undefined) return fallback;
+      if (/^(1|true|yes|on)$/i.test(raw)) return true;
+      if (/^(0|false|no|off)$/i.test(raw)) return false;
+      throw new Error(`expected true or false, got "${raw}"`);
+    },
+  };
+}
+
+export function url(names: Names): Field<string | undefined> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      if (raw === undefined) return undefined;
+      try {
+        new URL(raw);
+      } catch {
+        throw new Error(`expected a URL, got "${raw}"`);
+      }
+      return raw;
+    },
+  };
+}
+
+export function oneOf<const T extends string>(names: Names, values: readonly T[], fallback: T): Field<T> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      if (raw === undefined) return fallback;
+      if (!(values as readonly string[]).includes(raw)) throw new Error(`expected one of ${values.join(', ')}, got "${raw}"`);
+      return raw as T;
+    },
+  };
+}
+
+/**
+ * `ws1:key1,ws2:key2` → key → workspace. Workspace ids may not contain ':' or ','; keys may contain ':' (split
+ * at the first colon).
+ */
+export function workspaceKeys(names: Names): Field<Map<string, string>> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      const map = new Map<string, string>();
+      if (raw === undefined) return map;
+      for (const pair of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
+        const colon = pair.indexOf(':');
+        if (colon <= 0 || colon === pair.length - 1) throw new Error('expected workspace:key pairs separated by commas');
+        map.set(pair.slice(colon + 1), pair.slice(0, colon));
+      }
+      return map;
+    },
+  };
+}

@@ -1,0 +1,2 @@
+export { createLogger, type Logger } from './logger.ts';
+export { createMetricsRegistry, type MetricsRegistry } from './metrics.ts';

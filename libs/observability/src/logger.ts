@@ -1,0 +1,30 @@
+import { pino, type Logger } from 'pino';
+
+export type { Logger };
+
+// Paths that may carry credentials anywhere they are logged. Keys are never logged on purpose; this is the net.
+const REDACT = [
+  'authorization',
+  '*.authorization',
+  'req.headers.authorization',
+  'req.headers["x-windie-runs-key"]',
+  'req.headers["x-windie-runs-control-key"]',
+  'headers.authorization',
+  'apiKey',
+  '*.apiKey',
+  'api_key',
+  '*.api_key',
+  'password',
+  '*.password',
+];
+
+/** The one logger factory: JSON lines, child loggers carry taskId/workerId. */
+export function createLogger(opts: { name: string; level?: string }): Logger {
+  return pino({
+    name: opts.name,
+    level: opts.level ?? 'info',
+    redact: { paths: REDACT, censor: '[redacted]' },
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+  });
+}

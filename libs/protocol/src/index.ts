@@ -1,0 +1,22 @@
+// Public surface of @cadre/protocol: the team event model, the generated roz.v1 gRPC types, and the
+// mapping between them.
+export * from './team-events.ts';
+export { toProtoTeamEvent } from './to-proto.ts';
+
+// Generated from proto/roz/v1/agent.proto (npm run proto:gen). TeamEvent and TokenUsage take a Proto
+// suffix because team-events.ts already names the HTTP/SSE shapes that way.
+export {
+  AgentServiceClient,
+  AgentServiceService,
+  TaskStatusChanged,
+  TeamEvent as TeamEventProto,
+  TokenUsage as TokenUsageProto,
+  WatchTeamRequest,
+  WorkerCompleted,
+  WorkerExited,
+  WorkerFailed,
+  WorkerPhase,
+  WorkerStarted,
+  WorkerToolCall,
+} from './gen/roz/v1/agent.ts';
+export type { AgentServiceServer } from './gen/roz/v1/agent.ts';

@@ -1,0 +1,69 @@
+// Maps a logged team event (the HTTP/SSE shape) to the roz.v1.TeamEvent gRPC message, so WatchTeam
+// serves the same events with the same seq as the other readers.
+import type { TeamEvent as TeamEventProto, TokenUsage as TokenUsageProto } from './gen/roz/v1/agent.ts';
+import type { TeamEvent, TokenUsage } from './team-events.ts';
+
+export function toProtoTeamEvent(taskId: string, e: TeamEvent): TeamEventProto {
+  return {
+    event: toProtoVariant(e),
+    seq: e.seq,
+    timestamp: e.timestamp,
+    taskId,
+    attempt: e.attempt,
+    eventType: e.event_type,
+  };
+}
+
+function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
+  // Task events have no worker; roz's worker variants need one, so '' stands for "none" on the wire.
+  const workerId = e.worker_id ?? '';
+  switch (e.event_type) {
+    case 'worker_started':
+      return { $case: 'workerStarted', value: { workerId, hostId: e.payload.host_id, role: e.payload.role } };
+    case 'worker_phase': {
+      const { phase, mode, turn } = e.payload;
+      return { $case: 'workerPhase', value: { workerId, phase, mode, turn } };
+    }
+    case 'worker_tool_call': {
+      const { tool, call_id, arguments: argumentsJson } = e.payload;
+      return { $case: 'workerToolCall', value: { workerId, tool, callId: call_id, argumentsJson } };
+    }
+    case 'worker_completed':
+      return {
+        $case: 'workerCompleted',
+        value: { workerId, result: e.payload.result, usage: toProtoUsage(e.payload.usage) },
+      };
+    case 'worker_failed':
+      return { $case: 'workerFailed', value: { workerId, reason: e.payload.reason, message: e.payload.message } };
+    case 'worker_exited':
+      return { $case: 'workerExited', value: { workerId, parentTaskId: e.payload.parent_task_id } };
+    case 'task_queued':
+      return taskStatus({ status: 'queued' });
+    case 'task_completed':
+      return taskStatus({ status: 'completed', result: e.payload.result, usage: toProtoUsage(e.payload.usage) });
+    case 'task_failed':
+      return taskStatus({ status: 'failed', reason: e.payload.reason });
+    case 'task_cancelled':
+      return taskStatus({ status: 'cancelled', reason: e.payload.reason });
+    default: {
+      const _never: never = e;
+      throw new Error(`unmapped team event type: ${(_never as TeamEvent).event_type}`);
+    }
+  }
+}
+
+function taskStatus(change: {
+  status: 'queued' | 'completed' | 'failed' | 'cancelled';
+  result?: string;
+  reason?: string;
+  usage?: TokenUsageProto;
+}): TeamEventProto['event'] {
+  return {
+    $case: 'taskStatusChanged',
+    value: { status: change.status, result: change.result ?? '', reason: change.reason ?? '', usage: change.usage },
+  };
+}
+
+function toProtoUsage(u: TokenUsage): TokenUsageProto {
+  return { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens, totalTokens: u.total_tokens };
+}

@@ -1,0 +1,83 @@
+// The scripted model's answer to a chat request: a pure function of the request, so tests can predict it.
+// Rules (first match wins) are documented in ../README.md.
+
+import { contentText, isRecord, type ChatMessage, type Directives } from './directives.ts';
+
+export const DEFAULT_SPAWN_ROLES: readonly string[] = ['researcher', 'critic'];
+const SPAWN_TOOL = 'spawn_worker';
+const QUOTE_MAX = 80;
+const TOOL_RESULT_MAX = 60;
+
+export type ScriptedToolCall = { id: string; name: string; arguments: string };
+
+export type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+
+export type ScriptedReply =
+  | { finishReason: 'stop'; content: string; toolCalls: []; usage: Usage }
+  | { finishReason: 'tool_calls'; content: null; toolCalls: ScriptedToolCall[]; usage: Usage };
+
+export function planReply(messages: readonly ChatMessage[], tools: readonly unknown[], directives: Directives): ScriptedReply {
+  const toolResults = messages.filter((m) => m.role === 'tool');
+  const assistantTurn = messages.filter((m) => m.role === 'assistant').length;
+  const quote = firstLine(lastUserText(messages), QUOTE_MAX);
+  const promptTokens = tokens(messages.reduce((sum, m) => sum + contentText(m.content).length, 0));
+
+  const toolCallsReply = (calls: Omit<ScriptedToolCall, 'id'>[]): ScriptedReply => {
+    const toolCalls = calls.map((call, i) => ({ id: `call_${assistantTurn}_${i}`, ...call }));
+    const chars = toolCalls.reduce((sum, c) => sum + c.name.length + c.arguments.length, 0);
+    return { finishReason: 'tool_calls', content: null, toolCalls, usage: usage(promptTokens, tokens(chars)) };
+  };
+
+  // Rule 1: a coordinator offered spawn_worker fans out once, before any tool has answered.
+  if (offersTool(tools, SPAWN_TOOL) && toolResults.length === 0) {
+    const roles = directives.spawnRoles ?? DEFAULT_SPAWN_ROLES;
+    return toolCallsReply(
+      roles.map((role) => ({
+        name: SPAWN_TOOL,
+        arguments: JSON.stringify({ role, instructions: `${role}: work on: ${quote}` }),
+      })),
+    );
+  }
+
+  // Rule 2: walk the call= directives, one per response, counting tool results as progress.
+  const nextCall = directives.calls[toolResults.length];
+  if (nextCall) return toolCallsReply([nextCall]);
+
+  // Rule 3: the final answer.
+  let content = `Scripted answer to "${quote}"`;
+  if (toolResults.length > 0) {
+    const summaries = toolResults.map((m) => truncate(contentText(m.content), TOOL_RESULT_MAX));
+    content += ` using ${toolResults.length} tool result(s): ${summaries.join('; ')}`;
+  }
+  return { finishReason: 'stop', content, toolCalls: [], usage: usage(promptTokens, tokens(content.length)) };
+}
+
+function offersTool(tools: readonly unknown[], name: string): boolean {
+  return tools.some((tool) => isRecord(tool) && isRecord(tool.function) && tool.function.name === name);
+}
+
+function lastUserText(messages: readonly ChatMessage[]): string {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const message = messages[i];
+    if (message?.role === 'user') return contentText(message.content);
+  }
+  return '';
+}
+
+function firstLine(text: string, max: number): string {
+  return truncate((text.split(/\r?\n/, 1)[0] ?? '').trim(), max);
+}
+
+/** Cuts by code points so a surrogate pair is never split. */
+function truncate(text: string, max: number): string {
+  const points = Array.from(text);
+  return points.length <= max ? text : points.slice(0, max).join('');
+}
+
+function tokens(chars: number): number {
+  return Math.max(1, Math.ceil(chars / 4));
+}
+
+function usage(prompt: number, completion: number): Usage {
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}

@@ -1,0 +1,36 @@
+// Errors with a stable code; each edge (HTTP, gRPC, BullMQ) maps the code once.
+
+export type StoreErrorCode =
+  | 'task_not_found'
+  | 'task_finished'
+  | 'lease_lost'
+  | 'worker_not_found'
+  | 'worker_finished'
+  | 'cursor_expired';
+
+export class StoreError extends Error {
+  readonly code: StoreErrorCode;
+  constructor(code: StoreErrorCode, message: string) {
+    super(message);
+    this.name = 'StoreError';
+    this.code = code;
+  }
+}
+
+/** The negative codes the Lua scripts return, in one table. */
+export function scriptError(code: number, what: string): StoreError {
+  switch (code) {
+    case -1:
+      return new StoreError('task_not_found', `${what}: task not found`);
+    case -2:
+      return new StoreError('task_finished', `${what}: task already finished`);
+    case -3:
+      return new StoreError('lease_lost', `${what}: this attempt no longer holds the worker's lease`);
+    case -4:
+      return new StoreError('worker_not_found', `${what}: worker not found`);
+    case -5:
+      return new StoreError('worker_finished', `${what}: worker already finished`);
+    default:
+      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+  }
+}

@@ -1,0 +1,323 @@
+import type { Redis } from 'ioredis';
+import { isTerminalTeamEvent, type TeamEvent } from '@cadre/protocol';
+import type { TaskStore } from './task-store.ts';
+import { decodeEntry, type StreamEntry } from './event-codec.ts';
+
+/**
+ * Shares one Redis tail per task among every watcher in this process (DESIGN invariant 3).
+ *
+ * Appends PUBLISH `<taskId> <seq>` on the appended channel; one subscriber connection per process hears it and
+ * wakes the task's tail, which reads the new entries once (XRANGE from its cursor) and pushes them to all of its
+ * watchers. So steady-state Redis reads grow with the number of watched tasks, not with watchers. A watcher that
+ * starts behind the tail, or falls behind it, catches up from the log itself: the log is the truth, pushes only
+ * save reads.
+ */
+export interface FanoutOptions {
+  store: TaskStore;
+  /** A dedicated connection: it is put in subscriber mode. */
+  subscriber: Redis;
+  /** Events a caught-up watcher may hold undelivered before it is closed as too slow. */
+  watcherBufferLimit?: number;
+  /** A tail re-reads this often even without a notification, in case one was lost (e.g. on reconnect). */
+  safetyPollMs?: number;
+  pageSize?: number;
+}
+
+/** Why a watch ended early; every code is resumable from `lastSeq`. */
+export class WatchClosedError extends Error {
+  readonly code: 'watcher_overflow' | 'shutting_down';
+  readonly lastSeq: number;
+  constructor(code: WatchClosedError['code'], lastSeq: number, message: string) {
+    super(message);
+    this.name = 'WatchClosedError';
+    this.code = code;
+    this.lastSeq = lastSeq;
+  }
+}
+
+export class EventFanout {
+  private readonly store: TaskStore;
+  private readonly subscriber: Redis;
+  private readonly tails = new Map<string, TaskTail>();
+  private readonly bufferLimit: number;
+  private readonly safetyPollMs: number;
+  readonly pageSize: number;
+  private closed = false;
+  /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
+  tailReads = 0;
+
+  constructor(opts: FanoutOptions) {
+    this.store = opts.store;
+    this.subscriber = opts.subscriber;
+    this.bufferLimit = opts.watcherBufferLimit ?? 1024;
+    this.safetyPollMs = opts.safetyPollMs ?? 2000;
+    this.pageSize = opts.pageSize ?? 500;
+  }
+
+  async start(): Promise<void> {
+    this.subscriber.on('message', (_channel: string, message: string) => {
+      const space = message.indexOf(' ');
+      this.tails.get(message.slice(0, space))?.wake(Number(message.slice(space + 1)));
+    });
+    // After a reconnect, notifications sent meanwhile are gone: every tail re-reads.
+    this.subscriber.on('ready', () => {
+      for (const tail of this.tails.values()) tail.wake(Infinity);
+    });
+    await this.subscriber.subscribe(this.store.keys.appendedChannel());
+  }
+
+  /** Closes every watcher with a resumable `shutting_down` error and stops listening. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const tail of this.tails.values()) tail.closeAll();
+    this.tails.clear();
+    await this.subscriber.quit().catch(() => undefined);
+  }
+
+  watcherCount(): number {
+    let n = 0;
+    for (const tail of this.tails.values()) n += tail.watchers.size;
+    return n;
+  }
+
+  /**
+   * Events of `taskId` with seq > afterSeq, live, ending after the task's terminal event. The caller has
+   * checked that the task exists and may be read. Iterate it; `return()` (or breaking the loop) unregisters.
+   */
+  async watch(taskId: string, afterSeq: number): Promise<TaskWatcher> {
+    if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, 'gateway is shutting down');
+    let tail = this.tails.get(taskId);
+    if (!tail) {
+      tail = new TaskTail(this, taskId, () => this.tails.delete(taskId));
+      this.tails.set(taskId, tail);
+    }
+    // The tail's cursor must be set before the watcher's first read of the log, or an event appended between
+    // the two could be missed by both.
+    await tail.ready;
+    const watcher = new TaskWatcher(taskId, afterSeq, this.store, this.bufferLimit, this.pageSize, () => tail.remove(watcher));
+    tail.watchers.add(watcher);
+    return watcher;
+  }
+
+  /** @internal */
+  async readAfter(taskId: string, afterSeq: number): Promise<TeamEvent[]> {
+    this.tailReads++;
+    const entries = (await this.store.redis.xrange(this.store.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', this.pageSize)) as StreamEntry[];
+    return entries.map(decodeEntry);
+  }
+
+  /** @internal */
+  async headSeq(taskId: string): Promise<number> {
+    this.tailReads++;
+    return Number((await this.store.redis.hget(this.store.keys.task(taskId).meta, 'seq')) ?? 0);
+  }
+
+  /** @internal */
+  get pollMs(): number {
+    return this.safetyPollMs;
+  }
+}
+
+/** One per watched task per process: reads each new event once and pushes it to every local watcher. */
+class TaskTail {
+  readonly watchers = new Set<TaskWatcher>();
+  readonly ready: Promise<void>;
+  private cursor = 0;
+  private isReady = false;
+  private reading = false;
+  private again = false;
+  private ended = false;
+  private poll: NodeJS.Timeout | undefined;
+  private readonly fanout: EventFanout;
+  private readonly taskId: string;
+  private readonly onEmpty: () => void;
+
+  constructor(fanout: EventFanout, taskId: string, onEmpty: () => void) {
+    this.fanout = fanout;
+    this.taskId = taskId;
+    this.onEmpty = onEmpty;
+    this.ready = fanout.headSeq(taskId).then((head) => {
+      this.cursor = head;
+      this.isReady = true;
+      this.schedulePoll();
+      if (this.again) this.wake(Infinity);
+    });
+  }
+
+  wake(seq: number): void {
+    if (this.ended || seq <= this.cursor) return;
+    if (this.reading || !this.isReady) {
+      this.again = true;
+      return;
+    }
+    void this.read();
+  }
+
+  private async read(): Promise<void> {
+    this.reading = true;
+    try {
+      do {
+        this.again = false;
+        let page: TeamEvent[];
+        do {
+          page = await this.fanout.readAfter(this.taskId, this.cursor);
+          for (const event of page) {
+            this.cursor = event.seq;
+            for (const w of this.watchers) w.push(event);
+            if (isTerminalTeamEvent(event.event_type)) this.ended = true;
+          }
+        } while (page.length === this.fanout.pageSize);
+      } while (this.again && !this.ended);
+    } catch {
+      // A failed read is retried by the safety poll; watchers still catch up from the log themselves.
+    } finally {
+      this.reading = false;
+    }
+  }
+
+  private schedulePoll(): void {
+    if (this.ended) return;
+    this.poll = setTimeout(() => {
+      this.wake(Infinity);
+      this.schedulePoll();
+    }, this.fanout.pollMs);
+    this.poll.unref();
+  }
+
+  remove(watcher: TaskWatcher): void {
+    this.watchers.delete(watcher);
+    if (this.watchers.size === 0) {
+      clearTimeout(this.poll);
+      this.onEmpty();
+    }
+  }
+
+  closeAll(): void {
+    clearTimeout(this.poll);
+    for (const w of this.watchers) w.fail(new WatchClosedError('shutting_down', w.lastSeq, 'gateway is shutting down'));
+  }
+}
+
+/**
+ * One reader's view: an async iterator over events after its cursor. Events pushed by the tail wait in a bounded
+ * buffer; when the reader is behind the buffer it reads pages from the log instead.
+ */
+export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
+  /** The seq of the last event handed to the reader: where it resumes from. */
+  lastSeq: number;
+  private live: TeamEvent[] = [];
+  private page: TeamEvent[] = [];
+  private done = false;
+  private error: Error | undefined;
+  private wakeReader: (() => void) | undefined;
+  private readonly taskId: string;
+  private readonly store: TaskStore;
+  private readonly bufferLimit: number;
+  private readonly pageSize: number;
+  private readonly unregister: () => void;
+  private firstRead = true;
+
+  constructor(taskId: string, afterSeq: number, store: TaskStore, bufferLimit: number, pageSize: number, unregister: () => void) {
+    this.taskId = taskId;
+    this.lastSeq = afterSeq;
+    this.store = store;
+    this.bufferLimit = bufferLimit;
+    this.pageSize = pageSize;
+    this.unregister = unregister;
+  }
+
+  /** @internal Called by the tail. */
+  push(event: TeamEvent): void {
+    if (this.done || event.seq <= this.lastSeq) return;
+    const caughtUp = this.page.length === 0 && (this.live.length === 0 ? event.seq === this.lastSeq + 1 : this.live[0]!.seq === this.lastSeq + 1);
+    this.live.push(event);
+    if (this.live.length > this.bufferLimit) {
+      if (caughtUp) {
+        this.fail(new WatchClosedError('watcher_overflow', this.lastSeq, `watcher fell more than ${this.bufferLimit} events behind; resume with after_seq=${this.lastSeq}`));
+        return;
+      }
+      // Still catching up from the log, which holds these events anyway: drop them rather than the watcher.
+      this.live = [];
+    }
+    this.wakeReader?.();
+  }
+
+  /** @internal */
+  fail(error: Error): void {
+    if (this.done) return;
+    this.error = error;
+    this.live = [];
+    this.page = [];
+    this.wakeReader?.();
+  }
+
+  async next(): Promise<IteratorResult<TeamEvent>> {
+    while (true) {
+      if (this.error) {
+        const error = this.error;
+        this.finish();
+        throw error;
+      }
+      if (this.done) return { done: true, value: undefined };
+      const event = this.take();
+      if (event) {
+        this.lastSeq = event.seq;
+        if (isTerminalTeamEvent(event.event_type)) this.finish();
+        return { done: false, value: event };
+      }
+      // Nothing contiguous in memory: read the log if it may hold more (first read, or a gap), else wait.
+      if (this.firstRead || this.live.length > 0) {
+        this.firstRead = false;
+        const page = await this.store.readEvents(this.taskId, this.lastSeq, this.pageSize);
+        if (!page) {
+          this.finish();
+          return { done: true, value: undefined };
+        }
+        this.page = page.events;
+        if (this.page.length > 0) continue;
+        if (this.live.length > 0) {
+          // The gap is not readable yet (an append in flight): wait for the next push or poll.
+          await this.waitForPush();
+        }
+        continue;
+      }
+      await this.waitForPush();
+    }
+  }
+
+  private take(): TeamEvent | undefined {
+    const want = this.lastSeq + 1;
+    while (this.page.length > 0 && this.page[0]!.seq < want) this.page.shift();
+    if (this.page[0]?.seq === want) return this.page.shift();
+    while (this.live.length > 0 && this.live[0]!.seq < want) this.live.shift();
+    if (this.live[0]?.seq === want) return this.live.shift();
+    return undefined;
+  }
+
+  private waitForPush(): Promise<void> {
+    return new Promise((resolve) => {
+      this.wakeReader = () => {
+        this.wakeReader = undefined;
+        resolve();
+      };
+    });
+  }
+
+  private finish(): void {
+    if (this.done) return;
+    this.done = true;
+    this.live = [];
+    this.page = [];
+    this.unregister();
+  }
+
+  async return(): Promise<IteratorResult<TeamEvent>> {
+    this.finish();
+    this.wakeReader?.();
+    return { done: true, value: undefined };
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}

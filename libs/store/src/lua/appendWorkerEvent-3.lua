@@ -1,0 +1,14 @@
+--[[
+  Appends a progress event (worker_phase, worker_tool_call) for the attempt that holds the lease.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] event type   ARGV[5] payload JSON
+  ARGV[6] max events   ARGV[7] channel
+  Returns the new seq, or -1 no such task, -2 task finished, -3 fenced (lease not held).
+]]
+--@include task-log
+
+if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if TERMINAL[redis.call('HGET', metaKey, 'status')] then return -2 end
+local w = loadWorker(ARGV[2])
+if not w or w.status ~= 'running' or w.lease ~= ARGV[3] then return -3 end
+return appendEvent(ARGV[1], ARGV[6], ARGV[7], ARGV[4], ARGV[2], w.attempt, ARGV[5])

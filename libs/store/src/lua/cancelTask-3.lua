@@ -1,0 +1,39 @@
+--[[
+  Cancels a task in one step: every started worker gets worker_failed (cancelled) and worker_exited, workers
+  that never started are marked failed, the task ends `cancelled` with task_cancelled as its last event, and
+  running loops are told through the cancel channel. Later writes from those loops are refused (task finished).
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  ARGV[1] taskId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
+  ARGV[6] cancel channel
+  Returns 1 cancelled now, 2 already cancelled, -1 no such task, -2 already completed or failed.
+]]
+--@include task-log
+
+if redis.call('EXISTS', metaKey) == 0 then return -1 end
+local status = redis.call('HGET', metaKey, 'status')
+if status == 'cancelled' then return 2 end
+if TERMINAL[status] then return -2 end
+local taskId, reason, maxLen, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+
+-- Workers in a stable order (roster hash order is not), so the log reads the same on every replay.
+local ids = redis.call('HKEYS', rosterKey)
+table.sort(ids)
+local failed = cjson.encode({ reason = 'cancelled', message = reason })
+local exited = cjson.encode({ parent_task_id = taskId })
+for _, id in ipairs(ids) do
+  local w = loadWorker(id)
+  if w.status == 'running' or w.status == 'waiting' then
+    appendEvent(taskId, maxLen, channel, 'worker_failed', id, w.attempt, failed)
+    appendEvent(taskId, maxLen, channel, 'worker_exited', id, w.attempt, exited)
+  end
+  if w.status ~= 'completed' and w.status ~= 'failed' then
+    w.status, w.failure_reason, w.lease = 'failed', 'cancelled', ''
+    saveWorker(w)
+  end
+end
+local now = nowMs()
+redis.call('HSET', metaKey, 'status', 'cancelled', 'finished_at', now, 'updated_at', now, 'failure_reason', reason)
+appendEvent(taskId, maxLen, channel, 'task_cancelled', '', 0, cjson.encode({ reason = reason }))
+expireTask(tonumber(ARGV[3]))
+redis.call('PUBLISH', ARGV[6], taskId)
+return 1

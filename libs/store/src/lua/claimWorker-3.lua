@@ -1,0 +1,44 @@
+--[[
+  A job process takes (or retakes) a worker's attempt. The lease is the BullMQ lock token of the job run:
+  if the roster shows another lease still running, that attempt was lost (its lock expired), so it is closed in
+  the log (worker_failed worker_lost, worker_exited) before the new attempt starts. Any later write from the
+  old lease is refused by the fence check in the other scripts.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] host id   ARGV[5] max events   ARGV[6] channel
+  Returns { code, attempt }:
+     1 new attempt started (worker_started appended)    2 resumed after waiting for its children
+     3 this lease already holds the attempt
+    -1 no such task   -2 task finished   -4 no such worker   -5 worker already finished
+]]
+--@include task-log
+
+if redis.call('EXISTS', metaKey) == 0 then return { -1, 0 } end
+local taskStatus = redis.call('HGET', metaKey, 'status')
+if TERMINAL[taskStatus] then return { -2, 0 } end
+local taskId, workerId, lease, hostId, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local w = loadWorker(workerId)
+if not w then return { -4, 0 } end
+if w.status == 'completed' or w.status == 'failed' then return { -5, w.attempt } end
+if w.status == 'running' and w.lease == lease then return { 3, w.attempt } end
+
+if w.status == 'waiting' then
+  w.status, w.lease = 'running', lease
+  saveWorker(w)
+  return { 2, w.attempt }
+end
+
+if w.status == 'running' then
+  local lost = cjson.encode({ reason = 'worker_lost', message = 'attempt ' .. w.attempt .. ' lost its lease on host ' .. (w.host_id or '?') })
+  appendEvent(taskId, maxLen, channel, 'worker_failed', workerId, w.attempt, lost)
+  appendEvent(taskId, maxLen, channel, 'worker_exited', workerId, w.attempt, cjson.encode({ parent_task_id = taskId }))
+end
+
+w.attempt = (w.attempt or 0) + 1
+w.status, w.lease, w.host_id = 'running', lease, hostId
+saveWorker(w)
+appendEvent(taskId, maxLen, channel, 'worker_started', workerId, w.attempt, cjson.encode({ host_id = hostId, role = w.role }))
+if taskStatus == 'queued' then
+  local now = nowMs()
+  redis.call('HSET', metaKey, 'status', 'running', 'started_at', now, 'updated_at', now)
+end
+return { 1, w.attempt }

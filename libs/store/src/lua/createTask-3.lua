@@ -1,0 +1,23 @@
+--[[
+  Creates a task: its meta hash, its roster, and the first event (task_queued, seq 1).
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  ARGV[1] taskId
+  ARGV[2] meta fields, JSON object of strings
+  ARGV[3] roster, JSON array of worker objects (each with worker_id)
+  ARGV[4] task_queued payload JSON
+  ARGV[5] max events kept per task
+  ARGV[6] appended channel
+  Returns 1 when created, 0 when the task already existed (nothing written).
+]]
+--@include task-log
+
+if redis.call('EXISTS', metaKey) == 1 then return 0 end
+local taskId, maxLen, channel = ARGV[1], ARGV[5], ARGV[6]
+
+local fields = cjson.decode(ARGV[2])
+local now = nowMs()
+for k, v in pairs(fields) do redis.call('HSET', metaKey, k, v) end
+redis.call('HSET', metaKey, 'status', 'queued', 'seq', 0, 'created_at', now, 'updated_at', now)
+for _, w in ipairs(cjson.decode(ARGV[3])) do saveWorker(w) end
+appendEvent(taskId, maxLen, channel, 'task_queued', '', 0, ARGV[4])
+return 1

@@ -1,0 +1,52 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+
+// Lua scripts live in ./lua as `<name>-<numberOfKeys>.lua` (BullMQ's convention); `--@include <file>` lines
+// inline ./lua/includes/<file>.lua so shared helpers are written once.
+const LUA_DIR = new URL('./lua/', import.meta.url);
+
+interface ScriptSource {
+  name: string;
+  numberOfKeys: number;
+  lua: string;
+}
+
+function loadScripts(): ScriptSource[] {
+  return readdirSync(LUA_DIR)
+    .filter((file) => file.endsWith('.lua'))
+    .map((file) => {
+      const match = /^(\w+)-(\d+)\.lua$/.exec(file);
+      if (!match) throw new Error(`lua script ${file} must be named <name>-<numberOfKeys>.lua`);
+      const raw = readFileSync(new URL(file, LUA_DIR), 'utf8');
+      const lua = raw.replace(/^--@include (\S+)$/gm, (_, inc: string) =>
+        readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'),
+      );
+      return { name: match[1]!, numberOfKeys: Number(match[2]), lua };
+    });
+}
+
+let cached: ScriptSource[] | undefined;
+
+/** Registers every script as a command on the connection (EVALSHA with an EVAL fallback, done by ioredis). */
+export function defineScripts(redis: Redis): void {
+  cached ??= loadScripts();
+  for (const s of cached) {
+    if (!(s.name in redis)) redis.defineCommand(s.name, { numberOfKeys: s.numberOfKeys, lua: s.lua });
+  }
+}
+
+/** The commands defineScripts adds, typed. Arguments after the keys are strings or numbers. */
+export type ScriptArg = string | number;
+export interface TaskScripts {
+  createTask(...args: ScriptArg[]): Promise<number>;
+  claimWorker(...args: ScriptArg[]): Promise<[number, number]>;
+  appendWorkerEvent(...args: ScriptArg[]): Promise<number>;
+  finishWorker(...args: ScriptArg[]): Promise<number>;
+  addWorkers(...args: ScriptArg[]): Promise<number>;
+  cancelTask(...args: ScriptArg[]): Promise<number>;
+}
+
+export function scriptsOf(redis: Redis): TaskScripts {
+  defineScripts(redis);
+  return redis as unknown as TaskScripts;
+}

@@ -1,0 +1,287 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { TeamEvent, TeamEventInput, TeamEventType, TaskStatus, TokenUsage } from '@cadre/protocol';
+import { KeyBuilder, type TaskKeys } from './keys.ts';
+import { scriptError, StoreError } from './errors.ts';
+import { scriptsOf, type TaskScripts } from './scripts.ts';
+import { LEAD_WORKER_ID, type NewTask, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
+import { decodeEntry, type StreamEntry } from './event-codec.ts';
+
+export interface TaskStoreOptions {
+  redis: Redis;
+  keys?: KeyBuilder;
+  /** Seconds a finished task's keys (log included) are kept. */
+  retentionSec?: number;
+  /** Events kept per task log; older ones are trimmed and a cursor before them is an explicit error. */
+  maxEventsPerTask?: number;
+}
+
+export type ClaimResult =
+  | { kind: 'started'; attempt: number }
+  | { kind: 'resumed'; attempt: number }
+  | { kind: 'held'; attempt: number };
+
+export type WorkerOutcome =
+  | { outcome: 'completed'; result: string; usage: TokenUsage }
+  | { outcome: 'failed' | 'released'; reason: string; message: string }
+  | { outcome: 'waiting' };
+
+export type TaskOutcome =
+  | { status: 'completed'; result: string; usage: TokenUsage }
+  | { status: 'failed'; reason: string };
+
+export interface EventPage {
+  workspace_id: string;
+  status: TaskStatus;
+  events: TeamEvent[];
+}
+
+const DEFAULT_RETENTION_SEC = 7 * 24 * 3600;
+const DEFAULT_MAX_EVENTS = 100_000;
+
+/** The task registry and its event log: every write is one Lua script on the task's slot. */
+export class TaskStore {
+  readonly keys: KeyBuilder;
+  readonly redis: Redis;
+  private readonly scripts: TaskScripts;
+  private readonly retentionSec: number;
+  private readonly maxEvents: number;
+
+  constructor(opts: TaskStoreOptions) {
+    this.redis = opts.redis;
+    this.keys = opts.keys ?? new KeyBuilder();
+    this.scripts = scriptsOf(opts.redis);
+    this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
+    this.maxEvents = opts.maxEventsPerTask ?? DEFAULT_MAX_EVENTS;
+  }
+
+  private k(taskId: string): string[] {
+    const k: TaskKeys = this.keys.task(taskId);
+    return [k.meta, k.events, k.roster];
+  }
+
+  /**
+   * Creates a task with its roster (the lead, plus the named workers) and its first event. With an
+   * idempotency key, a repeated request returns the task the first one created.
+   */
+  async createTask(input: NewTask, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
+    let taskId: string = randomUUID();
+    if (idempotencyKey !== undefined) {
+      const idemKey = this.keys.idempotency(input.workspace_id, idempotencyKey);
+      const claimed = await this.redis.set(idemKey, taskId, 'EX', this.retentionSec, 'NX');
+      if (claimed === null) {
+        const existing = await this.redis.get(idemKey);
+        const task = existing ? await this.getTask(existing) : null;
+        if (task) return { task, created: false };
+        // The first request died between claiming the key and creating the task: finish its work.
+        if (existing) taskId = existing;
+      }
+    }
+    const mode = input.team.workers.length > 0 ? 'named' : 'planned';
+    const roster: WorkerRecord[] = [
+      { worker_id: LEAD_WORKER_ID, role: 'lead', instructions: input.team.lead.instructions, model: input.team.lead.model, tools: [], status: 'pending', attempt: 0 },
+      ...input.team.workers.map((w, i) => ({ ...w, worker_id: workerIdFor(w.role, i + 1), status: 'pending' as const, attempt: 0 })),
+    ];
+    const fields = {
+      task_id: taskId,
+      workspace_id: input.workspace_id,
+      goal: input.goal,
+      mode,
+      team: JSON.stringify(input.team),
+      metadata: JSON.stringify(input.metadata),
+    };
+    const created = await this.scripts.createTask(
+      ...this.k(taskId),
+      taskId,
+      JSON.stringify(fields),
+      JSON.stringify(roster),
+      JSON.stringify({ workspace_id: input.workspace_id, goal: input.goal }),
+      this.maxEvents,
+      this.keys.appendedChannel(),
+    );
+    if (created === 1) await this.countStatus('queued');
+    const task = await this.getTask(taskId);
+    if (!task) throw new Error(`task ${taskId} vanished right after creation`);
+    return { task, created: created === 1 };
+  }
+
+  async getTask(taskId: string): Promise<TaskRecord | null> {
+    const k = this.keys.task(taskId);
+    const [meta, roster] = await this.redis
+      .multi()
+      .hgetall(k.meta)
+      .hgetall(k.roster)
+      .exec()
+      .then((r) => (r ?? []).map(([err, v]) => {
+        if (err) throw err;
+        return v as Record<string, string>;
+      }));
+    if (!meta || !meta.task_id) return null;
+    return toTaskRecord(meta, roster ?? {});
+  }
+
+  /** The workspace a task belongs to, or null when there is no such task: one cheap read for auth checks. */
+  async workspaceOf(taskId: string): Promise<string | null> {
+    return this.redis.hget(this.keys.task(taskId).meta, 'workspace_id');
+  }
+
+  async getWorker(taskId: string, workerId: string): Promise<WorkerRecord | null> {
+    const raw = await this.redis.hget(this.keys.task(taskId).roster, workerId);
+    return raw ? parseWorker(raw) : null;
+  }
+
+  async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
+    const [code, attempt] = await this.scripts.claimWorker(
+      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.appendedChannel(),
+    );
+    if (code === 1) return { kind: 'started', attempt };
+    if (code === 2) return { kind: 'resumed', attempt };
+    if (code === 3) return { kind: 'held', attempt };
+    throw scriptError(code, `claim ${workerId}`);
+  }
+
+  /** worker_phase / worker_tool_call, written only while `lease` holds the worker's attempt. */
+  async appendWorkerEvent<T extends 'worker_phase' | 'worker_tool_call'>(
+    taskId: string,
+    workerId: string,
+    lease: string,
+    eventType: T,
+    payload: Extract<TeamEventInput, { event_type: T }>['payload'],
+  ): Promise<number> {
+    const seq = await this.scripts.appendWorkerEvent(
+      ...this.k(taskId), taskId, workerId, lease, eventType, JSON.stringify(payload), this.maxEvents, this.keys.appendedChannel(),
+    );
+    if (seq < 0) throw scriptError(seq, `append ${eventType} for ${workerId}`);
+    return seq;
+  }
+
+  /** Ends the attempt holding `lease` (or, with lease '', a lost attempt); with `task`, ends the task too. */
+  async finishWorker(taskId: string, workerId: string, lease: string, outcome: WorkerOutcome, task?: TaskOutcome): Promise<number> {
+    const payload =
+      outcome.outcome === 'completed'
+        ? { result: outcome.result, usage: outcome.usage }
+        : outcome.outcome === 'waiting'
+          ? {}
+          : { reason: outcome.reason, message: outcome.message };
+    const taskPayload = task === undefined ? {} : task.status === 'completed' ? { result: task.result, usage: task.usage } : { reason: task.reason };
+    const seq = await this.scripts.finishWorker(
+      ...this.k(taskId), taskId, workerId, lease, outcome.outcome, JSON.stringify(payload),
+      task?.status ?? '', JSON.stringify(taskPayload), this.retentionSec, this.maxEvents, this.keys.appendedChannel(),
+    );
+    if (seq < 0) throw scriptError(seq, `finish ${workerId}`);
+    if (task) await this.countStatus(task.status);
+    return seq;
+  }
+
+  /** Adds spawned workers (pending) to the roster, fenced by the lead's lease. */
+  async addWorkers(taskId: string, leadLease: string, workers: WorkerRecord[]): Promise<number> {
+    const added = await this.scripts.addWorkers(...this.k(taskId), LEAD_WORKER_ID, leadLease, JSON.stringify(workers));
+    if (added < 0) throw scriptError(added, 'add workers');
+    return added;
+  }
+
+  /** Cancels the task; 'already' when it was cancelled before. Completed or failed tasks throw task_finished. */
+  async cancelTask(taskId: string, reason: string): Promise<'cancelled' | 'already'> {
+    const code = await this.scripts.cancelTask(
+      ...this.k(taskId), taskId, reason, this.retentionSec, this.maxEvents, this.keys.appendedChannel(), this.keys.cancelChannel(),
+    );
+    if (code === 1) {
+      await this.countStatus('cancelled');
+      return 'cancelled';
+    }
+    if (code === 2) return 'already';
+    throw scriptError(code, 'cancel');
+  }
+
+  /**
+   * Events with seq > afterSeq, at most `limit`, with the task's workspace and status read in the same round
+   * trip. A cursor that points before the oldest retained event throws cursor_expired, never a silent gap.
+   */
+  async readEvents(taskId: string, afterSeq: number, limit: number): Promise<EventPage | null> {
+    const k = this.keys.task(taskId);
+    const replies = await this.redis
+      .multi()
+      .hmget(k.meta, 'workspace_id', 'status')
+      .xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit)
+      .exec();
+    const [[metaErr, meta], [rangeErr, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
+    if (metaErr) throw metaErr;
+    if (rangeErr) throw rangeErr;
+    const [workspaceId, status] = meta;
+    if (!workspaceId || !status) return null;
+    const events = entries.map(decodeEntry);
+    if (events.length > 0 && events[0]!.seq > afterSeq + 1) {
+      throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${events[0]!.seq}); restart from after_seq=${events[0]!.seq - 1} or refetch the task`);
+    }
+    return { workspace_id: workspaceId, status: status as TaskStatus, events };
+  }
+
+  /** Tasks that reached each status, for metrics. A separate write: it lives outside the task's slot. */
+  private async countStatus(status: TaskStatus): Promise<void> {
+    await this.redis.hincrby(this.keys.taskStats(), status, 1);
+  }
+
+  async statusCounts(): Promise<Record<string, number>> {
+    const raw = await this.redis.hgetall(this.keys.taskStats());
+    return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
+  }
+}
+
+export function workerIdFor(role: string, index: number): string {
+  const slug = role.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '').slice(0, 40) || 'worker';
+  return `${slug}-${index}`;
+}
+
+function parseWorker(raw: string): WorkerRecord {
+  const w = JSON.parse(raw) as WorkerRecord;
+  // Lua's cjson turns an empty array into {}: normalise on the way out.
+  if (!Array.isArray(w.tools)) w.tools = [];
+  return w;
+}
+
+const iso = (ms: string | undefined): string | null => (ms ? new Date(Number(ms)).toISOString() : null);
+
+function toTaskRecord(meta: Record<string, string>, roster: Record<string, string>): TaskRecord {
+  const workers: WorkerView[] = Object.values(roster)
+    .map(parseWorker)
+    .sort(byRosterOrder)
+    .map((w) => ({
+      worker_id: w.worker_id,
+      role: w.role,
+      status: w.status === 'waiting' ? 'running' : w.status,
+      attempt: w.attempt,
+      host_id: w.host_id ?? null,
+      result: w.result ?? null,
+      failure_reason: w.failure_reason ?? null,
+      usage: w.usage && 'total_tokens' in w.usage ? w.usage : null,
+    }));
+  const usage = meta.usage ? (JSON.parse(meta.usage) as TokenUsage) : null;
+  return {
+    task_id: meta.task_id!,
+    workspace_id: meta.workspace_id!,
+    goal: meta.goal!,
+    status: meta.status as TaskStatus,
+    mode: meta.mode as TaskRecord['mode'],
+    team: JSON.parse(meta.team!),
+    metadata: JSON.parse(meta.metadata ?? '{}'),
+    created_at: iso(meta.created_at)!,
+    updated_at: iso(meta.updated_at)!,
+    started_at: iso(meta.started_at),
+    finished_at: iso(meta.finished_at),
+    result: meta.result || null,
+    failure_reason: meta.failure_reason || null,
+    usage: usage && 'total_tokens' in usage ? usage : null,
+    last_seq: Number(meta.seq ?? 0),
+    workers,
+  };
+}
+
+/** The lead first, then workers by their number (`critic-2` after `researcher-1`). */
+function byRosterOrder(a: WorkerRecord, b: WorkerRecord): number {
+  if (a.worker_id === LEAD_WORKER_ID) return -1;
+  if (b.worker_id === LEAD_WORKER_ID) return 1;
+  return numberOf(a.worker_id) - numberOf(b.worker_id) || a.worker_id.localeCompare(b.worker_id);
+}
+const numberOf = (id: string): number => Number(/-(\d+)$/.exec(id)?.[1] ?? 0);
+
+export type { TeamEventType };

@@ -1,0 +1,69 @@
+import type { TaskStatus, TokenUsage, WorkerStatus } from '@cadre/protocol';
+
+export interface WorkerSpec {
+  role: string;
+  instructions: string;
+  model?: string;
+  tools: string[];
+}
+
+export interface TeamSpec {
+  lead: { instructions: string; model?: string };
+  workers: WorkerSpec[];
+  max_workers: number;
+}
+
+/** `named`: the request names the workers; `planned`: the lead spawns them with spawn_worker. */
+export type TeamMode = 'named' | 'planned';
+
+export interface NewTask {
+  workspace_id: string;
+  goal: string;
+  team: TeamSpec;
+  metadata: Record<string, unknown>;
+}
+
+/** One roster entry as stored; `lease` is internal (the BullMQ lock token of the attempt holding it). */
+export interface WorkerRecord extends WorkerSpec {
+  worker_id: string;
+  status: WorkerStatus | 'waiting';
+  attempt: number;
+  lease?: string;
+  host_id?: string;
+  result?: string;
+  usage?: TokenUsage;
+  failure_reason?: string;
+}
+
+/** A worker as users see it (GET /api/tasks/:id, no lease, no instructions). */
+export interface WorkerView {
+  worker_id: string;
+  role: string;
+  status: WorkerStatus;
+  attempt: number;
+  host_id: string | null;
+  result: string | null;
+  failure_reason: string | null;
+  usage: TokenUsage | null;
+}
+
+export interface TaskRecord {
+  task_id: string;
+  workspace_id: string;
+  goal: string;
+  status: TaskStatus;
+  mode: TeamMode;
+  team: TeamSpec;
+  metadata: Record<string, unknown>;
+  created_at: string;
+  updated_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  result: string | null;
+  failure_reason: string | null;
+  usage: TokenUsage | null;
+  last_seq: number;
+  workers: WorkerView[];
+}
+
+export const LEAD_WORKER_ID = 'lead';

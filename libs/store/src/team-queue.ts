@@ -1,0 +1,73 @@
+import { FlowProducer, Queue, type ConnectionOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { KeyBuilder } from './keys.ts';
+import { LEAD_WORKER_ID, type TaskRecord } from './task-types.ts';
+
+/** The queue every agent job (lead or worker) goes through. */
+export const AGENT_QUEUE = 'agents';
+
+/** `plan`: the lead spawns workers; `synthesize`: the lead turns its workers' results into the task result. */
+export type LeadStep = 'plan' | 'synthesize';
+
+export interface AgentJobData {
+  taskId: string;
+  workerId: string;
+  step?: LeadStep;
+}
+
+/** Job ids derive from task and worker, so enqueueing twice adds nothing (BullMQ ignores a known job id). */
+export function agentJobId(taskId: string, workerId: string): string {
+  return `${taskId}_${workerId}`;
+}
+
+/** Options every agent job gets: a failed worker must not hold its lead back (the lead sees it in the roster). */
+export const AGENT_JOB_OPTIONS = {
+  attempts: 1,
+  removeOnComplete: { age: 3600, count: 10_000 },
+  removeOnFail: { age: 24 * 3600 },
+} as const;
+
+export class TeamQueue {
+  readonly queue: Queue<AgentJobData>;
+  private readonly flow: FlowProducer;
+
+  constructor(opts: { connection: Redis; keys: KeyBuilder }) {
+    const connection = opts.connection as unknown as ConnectionOptions;
+    this.queue = new Queue<AgentJobData>(AGENT_QUEUE, { connection, prefix: opts.keys.bullPrefix() });
+    this.flow = new FlowProducer({ connection, prefix: opts.keys.bullPrefix() });
+  }
+
+  /**
+   * A named team is one BullMQ flow: the lead is the parent and runs (to synthesize) once every worker child has
+   * finished. A planned team starts with the lead alone; it adds its workers as children when it has planned.
+   */
+  async enqueueTask(task: TaskRecord): Promise<void> {
+    const taskId = task.task_id;
+    if (task.mode === 'planned') {
+      await this.queue.add(LEAD_WORKER_ID, { taskId, workerId: LEAD_WORKER_ID, step: 'plan' }, { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, LEAD_WORKER_ID) });
+      return;
+    }
+    await this.flow.add({
+      name: LEAD_WORKER_ID,
+      queueName: AGENT_QUEUE,
+      data: { taskId, workerId: LEAD_WORKER_ID, step: 'synthesize' },
+      opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, LEAD_WORKER_ID) },
+      children: task.workers
+        .filter((w) => w.worker_id !== LEAD_WORKER_ID)
+        .map((w) => ({
+          name: 'worker',
+          queueName: AGENT_QUEUE,
+          data: { taskId, workerId: w.worker_id },
+          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, w.worker_id), ignoreDependencyOnFailure: true },
+        })),
+    });
+  }
+
+  async depth(): Promise<Record<string, number>> {
+    return this.queue.getJobCounts('waiting', 'active', 'delayed', 'waiting-children', 'prioritized');
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.queue.close(), this.flow.close()]);
+  }
+}

@@ -1,0 +1,86 @@
+import * as grpc from '@grpc/grpc-js';
+import { AgentServiceClient, type TeamEventProto } from '@cadre/protocol';
+import type { TeamEvent } from '@cadre/protocol';
+import { TEST_API_KEY } from './index.ts';
+
+export interface ApiResponse<T = Record<string, unknown>> {
+  status: number;
+  body: T;
+}
+
+/** A thin HTTP client over a real connection, for tests. */
+export function httpClient(baseUrl: string, key: string | null = TEST_API_KEY) {
+  const request = async <T = Record<string, unknown>>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResponse<T>> => {
+    const res = await fetch(`${baseUrl}${path}`, {
+      method,
+      headers: {
+        ...(key ? { authorization: `Bearer ${key}` } : {}),
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...headers,
+      },
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, body: (text ? JSON.parse(text) : {}) as T };
+  };
+  return {
+    request,
+    get: <T = Record<string, unknown>>(path: string) => request<T>('GET', path),
+    post: <T = Record<string, unknown>>(path: string, body?: unknown, headers?: Record<string, string>) => request<T>('POST', path, body, headers),
+  };
+}
+
+/** Polls the events endpoint until the task's terminal event; returns every event in order. */
+export async function pollUntilTerminal(baseUrl: string, taskId: string, timeoutMs = 20_000): Promise<TeamEvent[]> {
+  const api = httpClient(baseUrl);
+  const events: TeamEvent[] = [];
+  const deadline = Date.now() + timeoutMs;
+  let after = 0;
+  while (Date.now() < deadline) {
+    const { status, body } = await api.get<{ events: TeamEvent[]; next_after_seq: number }>(`/api/tasks/${taskId}/events?after_seq=${after}&limit=1000`);
+    if (status !== 200) throw new Error(`events: HTTP ${status} ${JSON.stringify(body)}`);
+    events.push(...body.events);
+    after = body.next_after_seq;
+    if (events.some((e) => e.event_type.startsWith('task_') && e.event_type !== 'task_queued')) return events;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`task ${taskId} did not finish in ${timeoutMs} ms; events so far: ${events.map((e) => e.event_type).join(',')}`);
+}
+
+/** Waits until the log holds an event matching `pred`. */
+export async function waitForEvent(baseUrl: string, taskId: string, pred: (e: TeamEvent) => boolean, timeoutMs = 15_000): Promise<TeamEvent> {
+  const api = httpClient(baseUrl);
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const { body } = await api.get<{ events: TeamEvent[] }>(`/api/tasks/${taskId}/events?limit=1000`);
+    const hit = body.events?.find(pred);
+    if (hit) return hit;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`no matching event on task ${taskId} within ${timeoutMs} ms`);
+}
+
+export function grpcClient(target: string): AgentServiceClient {
+  return new AgentServiceClient(target, grpc.credentials.createInsecure());
+}
+
+/** Runs WatchTeam to its end; resolves with the events and the final status. */
+export function watchTeam(client: AgentServiceClient, request: { taskId: string; afterSeq?: number }, key: string | null = TEST_API_KEY): Promise<{ events: TeamEventProto[]; status: grpc.StatusObject | grpc.ServiceError }> {
+  return new Promise((resolve) => {
+    const metadata = new grpc.Metadata();
+    if (key) metadata.set('authorization', `Bearer ${key}`);
+    const events: TeamEventProto[] = [];
+    const call = client.watchTeam({ taskId: request.taskId, afterSeq: request.afterSeq ?? 0 }, metadata);
+    call.on('data', (e: TeamEventProto) => events.push(e));
+    call.on('error', (err: grpc.ServiceError) => resolve({ events, status: err }));
+    call.on('status', (status: grpc.StatusObject) => {
+      if (status.code === grpc.status.OK) resolve({ events, status });
+    });
+  });
+}
+
+export function assertContiguous(seqs: number[], from = 1): void {
+  seqs.forEach((seq, i) => {
+    if (seq !== from + i) throw new Error(`seq gap or duplicate at index ${i}: expected ${from + i}, got ${seq} (all: ${seqs.join(',')})`);
+  });
+}

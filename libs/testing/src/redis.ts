@@ -1,0 +1,27 @@
+import { existsSync } from 'node:fs';
+import { startEmbeddedRedis } from '@cadre/embedded-redis';
+
+export interface TestRedis {
+  url: string;
+  /** kill -9 the server (embedded only), for crash tests. */
+  kill?(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * A private Redis for one test file: a testcontainers Redis where a Docker engine is reachable, else a
+ * redis-server child on a free port. Never the machine's shared Redis.
+ */
+export async function startTestRedis(): Promise<TestRedis> {
+  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock')) {
+    try {
+      const { RedisContainer } = await import('@testcontainers/redis');
+      const container = await new RedisContainer('redis:7-alpine').start();
+      return { url: container.getConnectionUrl(), stop: async () => void (await container.stop()) };
+    } catch {
+      // A socket without a working engine (as on this project's CI machines): fall back to redis-server.
+    }
+  }
+  const redis = await startEmbeddedRedis();
+  return { url: redis.url, kill: () => redis.kill('SIGKILL'), stop: () => redis.stop() };
+}

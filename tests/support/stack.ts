@@ -1,0 +1,109 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
+import { gatewayConfig } from '../../apps/gateway/src/config.ts';
+import { startGateway, type Gateway } from '../../apps/gateway/src/gateway.ts';
+import { workerConfig } from '../../apps/worker/src/config.ts';
+import { startWorkerPool, type WorkerPool } from '../../apps/worker/src/worker-pool.ts';
+import { TEST_API_KEY, startTestRedis, type TestRedis } from '@cadre/testing';
+
+export { TEST_API_KEY };
+const silent = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface StackOptions {
+  gateways?: number;
+  workers?: number;
+  /** Extra environment for gateways and workers (as the real processes would read it). */
+  env?: Record<string, string>;
+}
+
+/**
+ * A whole Cadre for a test: private Redis, scripted model, gateways and worker pools in this process, each
+ * with its own key prefix so nothing is shared with other tests.
+ */
+export class TestStack {
+  redis!: TestRedis;
+  model!: ScriptedModel;
+  gateways: Gateway[] = [];
+  pools: WorkerPool[] = [];
+  readonly prefix = `t${randomUUID().slice(0, 8)}`;
+  private children: ChildProcess[] = [];
+  private env: Record<string, string> = {};
+
+  static async start(opts: StackOptions = {}): Promise<TestStack> {
+    const stack = new TestStack();
+    stack.redis = await startTestRedis();
+    stack.model = await startScriptedModel();
+    stack.env = {
+      REDIS_URL: stack.redis.url,
+      OPENAI_BASE_URL: stack.model.url,
+      OPENAI_API_KEY: 'scripted',
+      CADRE_API_KEY: TEST_API_KEY,
+      CADRE_KEY_PREFIX: stack.prefix,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      ...opts.env,
+    };
+    for (let i = 0; i < (opts.gateways ?? 1); i++) await stack.addGateway();
+    for (let i = 0; i < (opts.workers ?? 1); i++) await stack.addWorkerPool();
+    return stack;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.gateways[0]!.port}`;
+  }
+
+  get grpcTarget(): string {
+    return `127.0.0.1:${this.gateways[0]!.port}`;
+  }
+
+  async addGateway(env: Record<string, string> = {}): Promise<Gateway> {
+    const config = gatewayConfig({ ...this.env, ...env });
+    const gateway = await startGateway({ ...config, redisUrl: this.redis.url }, silent);
+    this.gateways.push(gateway);
+    return gateway;
+  }
+
+  async addWorkerPool(env: Record<string, string> = {}): Promise<WorkerPool> {
+    const config = workerConfig({ ...this.env, ...env });
+    const pool = await startWorkerPool({ ...config, redisUrl: this.redis.url, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, silent);
+    this.pools.push(pool);
+    return pool;
+  }
+
+  /** A worker as a real OS process (for kill -9). Resolves once it logged that it is ready. */
+  async spawnWorkerProcess(env: Record<string, string> = {}): Promise<ChildProcess> {
+    const child = spawn(process.execPath, ['apps/worker/src/main.ts'], {
+      cwd: REPO,
+      env: { ...process.env, ...this.env, LOG_LEVEL: 'info', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.children.push(child);
+    await new Promise<void>((resolve, reject) => {
+      let out = '';
+      const onData = (chunk: Buffer): void => {
+        out += chunk.toString();
+        if (out.includes('worker pool ready')) {
+          child.stdout!.off('data', onData);
+          child.stdout!.resume();
+          resolve();
+        }
+      };
+      child.stdout!.on('data', onData);
+      child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+      child.once('exit', (code) => reject(new Error(`worker process exited (${code}) before ready:\n${out}`)));
+    });
+    return child;
+  }
+
+  async stop(): Promise<void> {
+    for (const child of this.children) if (child.exitCode === null) child.kill('SIGKILL');
+    await Promise.all(this.pools.map((p) => p.close(0)));
+    await Promise.all(this.gateways.map((g) => g.close()));
+    await this.model.close();
+    await this.redis.stop();
+  }
+}

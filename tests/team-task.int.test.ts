@@ -1,0 +1,83 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertContiguous, httpClient, pollUntilTerminal } from '@cadre/testing';
+import type { TeamEvent } from '@cadre/protocol';
+import { TestStack } from './support/stack.ts';
+
+let stack: TestStack;
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 1 });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+describe('a team task end to end over HTTP', () => {
+  it('runs named workers in parallel, then the lead, and logs every lifecycle event in one ordered log', async () => {
+    const api = httpClient(stack.url);
+    const created = await api.post<{ task: { task_id: string; status: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Weigh two options',
+      team: {
+        workers: [
+          { role: 'researcher', instructions: 'List the pros. [[scripted:call=calculate({"expression":"6*7"})]]', tools: ['calculate'] },
+          { role: 'critic', instructions: 'List the cons.' },
+        ],
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.task.status).toBe('queued');
+    const taskId = created.body.task.task_id;
+
+    const events = await pollUntilTerminal(stack.url, taskId);
+    assertContiguous(events.map((e) => e.seq));
+    expect(events[0]!.event_type).toBe('task_queued');
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+
+    const of = (worker: string): string[] => events.filter((e) => e.worker_id === worker).map((e) => e.event_type);
+    expect(of('researcher-1')).toEqual(['worker_started', 'worker_phase', 'worker_tool_call', 'worker_phase', 'worker_completed', 'worker_exited']);
+    expect(of('critic-2')).toEqual(['worker_started', 'worker_phase', 'worker_completed', 'worker_exited']);
+    expect(of('lead')).toEqual(['worker_started', 'worker_phase', 'worker_completed', 'worker_exited']);
+    // The lead synthesizes only after both workers have finished.
+    const leadStart = events.find((e) => e.worker_id === 'lead' && e.event_type === 'worker_started')!.seq;
+    for (const w of ['researcher-1', 'critic-2']) {
+      expect(events.find((e) => e.worker_id === w && e.event_type === 'worker_exited')!.seq).toBeLessThan(leadStart);
+    }
+    const toolCall = events.find((e) => e.event_type === 'worker_tool_call') as Extract<TeamEvent, { event_type: 'worker_tool_call' }>;
+    expect(toolCall.payload.tool).toBe('calculate');
+    const researcherDone = events.find((e) => e.worker_id === 'researcher-1' && e.event_type === 'worker_completed') as Extract<TeamEvent, { event_type: 'worker_completed' }>;
+    expect(researcherDone.payload.result).toContain('42');
+    expect(researcherDone.payload.usage.total_tokens).toBeGreaterThan(0);
+
+    const task = await api.get<{ task: Record<string, unknown> & { workers: Record<string, unknown>[] } }>(`/api/tasks/${taskId}`);
+    expect(task.status).toBe(200);
+    expect(task.body.task.status).toBe('completed');
+    expect(task.body.task.result).toMatch(/^Scripted answer to "Team goal: Weigh two options"/);
+    expect(task.body.task.last_seq).toBe(events.at(-1)!.seq);
+    expect(task.body.task.workers.map((w) => [w.worker_id, w.role, w.status, w.attempt])).toEqual([
+      ['lead', 'lead', 'completed', 1],
+      ['researcher-1', 'researcher', 'completed', 1],
+      ['critic-2', 'critic', 'completed', 1],
+    ]);
+    expect((task.body.task.usage as { total_tokens: number }).total_tokens).toBeGreaterThan(0);
+  });
+
+  it('lets a lead with no named workers plan and spawn them with spawn_worker', async () => {
+    const api = httpClient(stack.url);
+    const created = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Compare cats and dogs [[scripted:spawn=cat-expert,dog-expert,judge]]',
+      team: { max_workers: 2 },
+    });
+    expect(created.status).toBe(201);
+    const events = await pollUntilTerminal(stack.url, created.body.task.task_id);
+    assertContiguous(events.map((e) => e.seq));
+    const spawnCalls = events.filter((e) => e.event_type === 'worker_tool_call' && e.worker_id === 'lead');
+    expect(spawnCalls).toHaveLength(3);
+    // max_workers bounds the team: the third spawn is refused.
+    const started = [...new Set(events.filter((e) => e.event_type === 'worker_started').map((e) => e.worker_id))];
+    expect(started.sort()).toEqual(['cat-expert-1', 'dog-expert-2', 'lead']);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    const task = await api.get<{ task: { workers: { worker_id: string; status: string }[] } }>(`/api/tasks/${created.body.task.task_id}`);
+    expect(task.body.task.workers.map((w) => `${w.worker_id}:${w.status}`)).toEqual(['lead:completed', 'cat-expert-1:completed', 'dog-expert-2:completed']);
+  });
+});
