@@ -41,10 +41,9 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       const api = toApiError(err);
       if (!api) deps.logger.error({ err }, 'WatchTeam failed');
       if (!call.cancelled) {
-        call.destroy(Object.assign(new Error(api?.message ?? 'internal error'), {
-          code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL,
-          details: api?.message ?? 'internal error',
-        }));
+        // 'error' (not destroy) is how grpc-js ends a server stream with a status: it records the status and
+        // ends the stream, so the trailers carry it.
+        call.emit('error', { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' });
       }
     } finally {
       call.off('cancelled', stop);

@@ -32,7 +32,6 @@ const coercingAjv = new Ajv({ allErrors: false, coerceTypes: true, removeAdditio
 export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   const app = fastify({
     loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
-    disableRequestLogging: true,
     bodyLimit: deps.bodyLimitBytes,
     serverFactory: (handler) => http.createServer(handler),
     return503OnClosing: true,

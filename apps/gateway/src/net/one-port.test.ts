@@ -70,13 +70,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const client of clients) client.close();
-  // Stop accepting first; the listener's close resolves once the servers below have ended their connections.
-  const portClosed = onePort.close();
+  // The gateway's shutdown order: stop accepting, then let each server end the connections it owns.
+  await onePort.close();
   await grpcServer.close();
-  // Fastify skips server.close() for a serverFactory server it never listened on, so end HTTP here.
+  // Fastify skips server.close() for a serverFactory server it never listened on, so close it here;
+  // that also ends idle keep-alive connections.
   await app.close();
   await new Promise<void>((resolve) => app.server.close(() => resolve()));
-  await portClosed;
 });
 
 function track<C extends grpc.Client>(client: C): C {

@@ -21,9 +21,8 @@ export interface OnePortOptions {
 export interface OnePortListener {
   /** The bound port (the real one when asked for port 0). */
   port: number;
-  /** Stops accepting at once; resolves when every connection it accepted has closed (net.Server
-   * semantics). Routed connections belong to the HTTP and gRPC servers, so close those alongside:
-   * `const closed = port.close(); await Promise.all([grpc.close(), closeHttp()]); await closed;` */
+  /** Stops accepting and drops connections still being classified. Routed connections belong to the
+   * HTTP and gRPC servers: close those afterwards to end them. */
   close(): Promise<void>;
 }
 
@@ -64,14 +63,15 @@ export async function listenOnePort(opts: OnePortOptions): Promise<OnePortListen
   const address = listener.address() as net.AddressInfo;
   return {
     port: address.port,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        // net.Server.close waits for every socket it accepted; sockets still peeking have no owner
-        // that would ever end them, so drop them here.
-        for (const socket of peeking) socket.destroy();
-        peeking.clear();
-        listener.close((err) => (err ? reject(err) : resolve()));
-      }),
+    close: async () => {
+      // Sockets still peeking have no owner that would ever end them, so drop them here.
+      for (const socket of peeking) socket.destroy();
+      peeking.clear();
+      // The listening handle closes synchronously, so accepting stops now. net.Server's close callback
+      // would also wait for every routed connection (WatchTeam streams, HTTP keep-alives), which only
+      // end when the gRPC and HTTP servers close, so waiting for it here would stall a shutdown.
+      if (listener.listening) listener.close(() => {});
+    },
   };
 }
 
