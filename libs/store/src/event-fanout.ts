@@ -216,6 +216,8 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
   private readonly pageSize: number;
   private readonly unregister: () => void;
   private firstRead = true;
+  /** The highest seq the tail has pushed: the log holds at least this much. */
+  private knownHead = 0;
 
   constructor(taskId: string, afterSeq: number, store: TaskStore, bufferLimit: number, pageSize: number, unregister: () => void) {
     this.taskId = taskId;
@@ -229,14 +231,16 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
   /** @internal Called by the tail. */
   push(event: TeamEvent): void {
     if (this.done || event.seq <= this.lastSeq) return;
-    const caughtUp = this.page.length === 0 && (this.live.length === 0 ? event.seq === this.lastSeq + 1 : this.live[0]!.seq === this.lastSeq + 1);
+    this.knownHead = Math.max(this.knownHead, event.seq);
     this.live.push(event);
     if (this.live.length > this.bufferLimit) {
-      if (caughtUp) {
+      // Held events that join what the reader already has mean the reader is the bottleneck: close it.
+      // Held events beyond a gap mean it is still catching up from the log, which has them anyway: drop them.
+      const edge = this.page.at(-1)?.seq ?? this.lastSeq;
+      if (this.live[0]!.seq <= edge + 1) {
         this.fail(new WatchClosedError('watcher_overflow', this.lastSeq, `watcher fell more than ${this.bufferLimit} events behind; resume with after_seq=${this.lastSeq}`));
         return;
       }
-      // Still catching up from the log, which holds these events anyway: drop them rather than the watcher.
       this.live = [];
     }
     this.wakeReader?.();
@@ -265,8 +269,8 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
         if (isTerminalTeamEvent(event.event_type)) this.finish();
         return { done: false, value: event };
       }
-      // Nothing contiguous in memory: read the log if it may hold more (first read, or a gap), else wait.
-      if (this.firstRead || this.live.length > 0) {
+      // Nothing contiguous in memory: read the log if it holds more (first read, a gap, dropped events), else wait.
+      if (this.firstRead || this.knownHead > this.lastSeq) {
         this.firstRead = false;
         const page = await this.store.readEvents(this.taskId, this.lastSeq, this.pageSize);
         if (!page) {
@@ -274,11 +278,9 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
           return { done: true, value: undefined };
         }
         this.page = page.events;
-        if (this.page.length > 0) continue;
-        if (this.live.length > 0) {
-          // The gap is not readable yet (an append in flight): wait for the next push or poll.
-          await this.waitForPush();
-        }
+        // Appends are atomic, so the log always has what the tail pushed; an empty page means nothing is
+        // pending (guards against spinning on a stale head).
+        if (this.page.length === 0) this.knownHead = this.lastSeq;
         continue;
       }
       await this.waitForPush();

@@ -1,0 +1,85 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TeamEvent } from '@cadre/protocol';
+import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { EventFanout, WatchClosedError, type TaskWatcher } from './event-fanout.ts';
+import { KeyBuilder } from './keys.ts';
+import { TaskStore } from './task-store.ts';
+
+let server: TestRedis;
+let redis: Redis;
+let store: TaskStore;
+let fanout: EventFanout;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = new Redis(server.url);
+  store = new TaskStore({ redis, keys: new KeyBuilder('fanout') });
+  // No safety polls during the test, so every tail read is caused by an append notification.
+  fanout = new EventFanout({ store, subscriber: new Redis(server.url), watcherBufferLimit: 16, safetyPollMs: 60_000 });
+  await fanout.start();
+});
+afterAll(async () => {
+  await fanout?.close();
+  redis?.disconnect();
+  await server?.stop();
+});
+
+async function liveTask(): Promise<string> {
+  const team = { lead: { instructions: 'l' }, workers: [], max_workers: 1 };
+  const { task } = await store.createTask({ workspace_id: 'w', goal: 'g', team, metadata: {} });
+  await store.claimWorker(task.task_id, 'lead', 'lease', 'host');
+  return task.task_id;
+}
+
+const phase = (taskId: string, turn: number) => store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_phase', { phase: 'thinking', mode: 'react', turn });
+
+async function collect(watcher: TaskWatcher, count: number): Promise<number[]> {
+  const seqs: number[] = [];
+  for await (const e of watcher) {
+    seqs.push(e.seq);
+    if (seqs.length === count) break;
+  }
+  return seqs;
+}
+
+describe('EventFanout', () => {
+  it('shares one tail among watchers: Redis reads follow appends, not watchers', async () => {
+    const taskId = await liveTask();
+    const watchers = await Promise.all(Array.from({ length: 20 }, () => fanout.watch(taskId, 0)));
+    const received = watchers.map((w) => collect(w, 2 + 40));
+    const readsBefore = fanout.tailReads;
+    for (let turn = 1; turn <= 40; turn++) await phase(taskId, turn);
+    const all = await Promise.all(received);
+    for (const seqs of all) expect(seqs).toEqual(Array.from({ length: 42 }, (_, i) => i + 1));
+    // At most one read per append (notifications that arrive mid-read are coalesced); 20 watchers reading
+    // for themselves would be 800.
+    expect(fanout.tailReads - readsBefore).toBeLessThanOrEqual(40);
+    expect(fanout.watcherCount()).toBe(0);
+  });
+
+  it('closes a stalled watcher with a resumable error and keeps serving the others', async () => {
+    const taskId = await liveTask();
+    const stalled = await fanout.watch(taskId, 0);
+    const healthy = await fanout.watch(taskId, 0);
+    const first = await stalled.next();
+    expect((first.value as TeamEvent).seq).toBe(1);
+    const healthyDone = collect(healthy, 2 + 60);
+    for (let turn = 1; turn <= 60; turn++) await phase(taskId, turn);
+    expect(await healthyDone).toHaveLength(62);
+
+    let error: unknown;
+    try {
+      while (!(await stalled.next()).done);
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(WatchClosedError);
+    expect(error).toMatchObject({ code: 'watcher_overflow' });
+    const resumeFrom = (error as WatchClosedError).lastSeq;
+    expect(resumeFrom).toBeGreaterThanOrEqual(1);
+    // Resuming from the reported cursor yields the rest with no gap.
+    const resumed = await fanout.watch(taskId, resumeFrom);
+    expect(await collect(resumed, 62 - resumeFrom)).toEqual(Array.from({ length: 62 - resumeFrom }, (_, i) => resumeFrom + 1 + i));
+  });
+});

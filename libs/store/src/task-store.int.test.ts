@@ -1,0 +1,88 @@
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { KeyBuilder } from './keys.ts';
+import { StoreError } from './errors.ts';
+import { TaskStore } from './task-store.ts';
+
+let server: TestRedis;
+let redis: Redis;
+let store: TaskStore;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = new Redis(server.url);
+  store = new TaskStore({ redis, keys: new KeyBuilder(`fence${process.pid}`) });
+});
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+const team = { lead: { instructions: 'lead' }, workers: [{ role: 'writer', instructions: 'write', tools: [] }], max_workers: 4 };
+
+async function newTask(): Promise<string> {
+  const { task } = await store.createTask({ workspace_id: 'w', goal: 'g', team, metadata: {} });
+  return task.task_id;
+}
+
+describe('fencing by lease', () => {
+  it('refuses every write from an attempt whose lease was taken over, and leaves the log untouched', async () => {
+    const taskId = await newTask();
+    expect(await store.claimWorker(taskId, 'writer-1', 'lease-A', 'host-a')).toEqual({ kind: 'started', attempt: 1 });
+    await store.appendWorkerEvent(taskId, 'writer-1', 'lease-A', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
+
+    // Lease A's lock expired; another process took the job with lease B.
+    expect(await store.claimWorker(taskId, 'writer-1', 'lease-B', 'host-b')).toEqual({ kind: 'started', attempt: 2 });
+    const before = await store.readEvents(taskId, 0, 100);
+
+    const stale = [
+      store.appendWorkerEvent(taskId, 'writer-1', 'lease-A', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 2 }),
+      store.finishWorker(taskId, 'writer-1', 'lease-A', { outcome: 'completed', result: 'stale', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }),
+    ];
+    for (const write of stale) {
+      await expect(write).rejects.toMatchObject({ code: 'lease_lost' });
+    }
+    const after = await store.readEvents(taskId, 0, 100);
+    expect(after!.events).toEqual(before!.events);
+    expect(after!.events.map((e) => `${e.seq}:${e.event_type}:${e.worker_id ?? ''}#${e.attempt}`)).toEqual([
+      '1:task_queued:#0',
+      '2:worker_started:writer-1#1',
+      '3:worker_phase:writer-1#1',
+      '4:worker_failed:writer-1#1',
+      '5:worker_exited:writer-1#1',
+      '6:worker_started:writer-1#2',
+    ]);
+    const worker = await store.getWorker(taskId, 'writer-1');
+    expect(worker).toMatchObject({ status: 'running', attempt: 2, lease: 'lease-B', host_id: 'host-b' });
+
+    // The holder of the lease can still finish.
+    await store.finishWorker(taskId, 'writer-1', 'lease-B', { outcome: 'completed', result: 'done', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+    expect(await store.getWorker(taskId, 'writer-1')).toMatchObject({ status: 'completed', result: 'done' });
+  });
+
+  it('closes the task atomically with the lead, expires its keys, and refuses writes after the end', async () => {
+    const taskId = await newTask();
+    await store.claimWorker(taskId, 'lead', 'L', 'h');
+    const usage = { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 };
+    await store.finishWorker(taskId, 'lead', 'L', { outcome: 'completed', result: 'answer', usage }, { status: 'completed', result: 'answer', usage });
+    const task = await store.getTask(taskId);
+    expect(task).toMatchObject({ status: 'completed', result: 'answer', usage });
+    const keys = store.keys.task(taskId);
+    for (const key of [keys.meta, keys.events, keys.roster]) expect(await redis.ttl(key)).toBeGreaterThan(6 * 24 * 3600);
+    await expect(store.claimWorker(taskId, 'writer-1', 'W', 'h')).rejects.toBeInstanceOf(StoreError);
+    await expect(store.cancelTask(taskId, 'late')).rejects.toMatchObject({ code: 'task_finished' });
+    const page = await store.readEvents(taskId, 0, 100);
+    expect(page!.events.map((e) => e.event_type)).toEqual(['task_queued', 'worker_started', 'worker_completed', 'worker_exited', 'task_completed']);
+  });
+
+  it('returns the first task for a repeated idempotency key', async () => {
+    const input = { workspace_id: 'w', goal: 'once', team, metadata: {} };
+    const a = await store.createTask(input, 'key-1');
+    const b = await store.createTask(input, 'key-1');
+    expect(a.created).toBe(true);
+    expect(b.created).toBe(false);
+    expect(b.task.task_id).toBe(a.task.task_id);
+    expect(b.task.last_seq).toBe(1);
+  });
+});
