@@ -116,3 +116,29 @@ describe('crash safety', () => {
     }
   });
 });
+
+describe('graceful shutdown', () => {
+  it('on SIGTERM a worker stops taking jobs, hands its running job back after the grace period, and exits 0', async () => {
+    const draining = await stack.spawnWorkerProcess({ CADRE_SHUTDOWN_GRACE_MS: '300' });
+    const taskId = await createTask([{ role: 'drainer', instructions: 'Wait. [[scripted:call=wait({"ms":2000})]]', tools: ['wait'] }]);
+    await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'drainer-1');
+    const exited = new Promise<number | null>((resolve) => draining.once('exit', resolve));
+    draining.kill('SIGTERM');
+    expect(await exited).toBe(0);
+
+    const successor = await stack.spawnWorkerProcess();
+    try {
+      const events = await pollUntilTerminal(stack.url, taskId, 20_000);
+      assertContiguous(events.map((e) => e.seq));
+      const drainer = events.filter((e) => e.worker_id === 'drainer-1');
+      const handedBack = drainer.find((e) => e.event_type === 'worker_failed')!;
+      expect(handedBack).toMatchObject({ attempt: 1, payload: { reason: 'worker_shutdown' } });
+      expect(drainer.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1, 2]);
+      expect(drainer.at(-2)).toMatchObject({ event_type: 'worker_completed', attempt: 2 });
+      expect(events.at(-1)!.event_type).toBe('task_completed');
+    } finally {
+      successor.kill('SIGKILL');
+    }
+  });
+});
+
