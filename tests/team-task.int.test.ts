@@ -5,7 +5,7 @@ import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 1 });
+  stack = await TestStack.start({ workers: 1, env: { CADRE_WORKER_TIMEOUT_MS: '2000' } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -80,4 +80,59 @@ describe('a team task end to end over HTTP', () => {
     const task = await api.get<{ task: { workers: { worker_id: string; status: string }[] } }>(`/api/tasks/${created.body.task.task_id}`);
     expect(task.body.task.workers.map((w) => `${w.worker_id}:${w.status}`)).toEqual(['lead:completed', 'cat-expert-1:completed', 'dog-expert-2:completed']);
   });
+
+  it('records model failures per worker: the lead carries on with the rest, and fails the task when none is left', async () => {
+    const api = httpClient(stack.url);
+    const partial = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Partial team',
+      team: { workers: [{ role: 'flaky', instructions: 'Always down. [[scripted:fail=500]]' }, { role: 'steady', instructions: 'Fine.' }] },
+    });
+    const events = await pollUntilTerminal(stack.url, partial.body.task.task_id);
+    assertContiguous(events.map((e) => e.seq));
+    const failed = events.find((e) => e.event_type === 'worker_failed') as Extract<TeamEvent, { event_type: 'worker_failed' }>;
+    expect(failed.worker_id).toBe('flaky-1');
+    expect(failed.payload.reason).toBe('model_error');
+    expect(failed.payload.message).toMatch(/500/);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    const task = await api.get<{ task: { workers: { worker_id: string; status: string; failure_reason: string | null }[] } }>(`/api/tasks/${partial.body.task.task_id}`);
+    expect(task.body.task.workers.find((w) => w.worker_id === 'flaky-1')).toMatchObject({ status: 'failed', failure_reason: 'model_error' });
+
+    const hopeless = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Hopeless team',
+      team: { workers: [{ role: 'slow', instructions: 'Too slow. [[scripted:delay=5000]]' }] },
+    });
+    // CADRE_WORKER_TIMEOUT_MS is 2000 in this stack, so the slow worker times out.
+    const lost = await pollUntilTerminal(stack.url, hopeless.body.task.task_id);
+    const timeout = lost.find((e) => e.event_type === 'worker_failed') as Extract<TeamEvent, { event_type: 'worker_failed' }>;
+    expect(timeout.payload.reason).toBe('timeout');
+    const end = lost.at(-1) as Extract<TeamEvent, { event_type: 'task_failed' }>;
+    expect(end.event_type).toBe('task_failed');
+    expect(end.payload.reason).toMatch(/every worker failed/);
+  });
+
+  it('retries 429 and 5xx from the model with backoff and still completes', async () => {
+    const before = stack.model.requestCount();
+    const res = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Rate limited',
+      team: { workers: [{ role: 'patient', instructions: 'Try again. [[scripted:fail=429*2]]' }] },
+    });
+    const events = await pollUntilTerminal(stack.url, res.body.task.task_id);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    expect(events.some((e) => e.event_type === 'worker_failed')).toBe(false);
+    // Two refused calls, the successful one, and the lead's.
+    expect(stack.model.requestCount() - before).toBe(4);
+  });
+
+  it('exposes Prometheus metrics on /metrics', async () => {
+    const res = await fetch(`${stack.url}/metrics`);
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toMatch(/^cadre_tasks\{status="completed",app="gateway"\} [1-9]/m);
+    expect(text).toMatch(/^cadre_queue_jobs\{state="waiting",app="gateway"\} \d+/m);
+    expect(text).toMatch(/^cadre_watchers\{app="gateway"\} 0/m);
+  });
 });
+

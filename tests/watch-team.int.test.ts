@@ -123,6 +123,30 @@ describe('WatchTeam over a real gRPC client', () => {
   });
 });
 
+describe('gateway drain', () => {
+  it('ends open streams with a resumable UNAVAILABLE on shutdown; another gateway resumes from the cursor', async () => {
+    const leaving = await stack.addGateway();
+    const c = grpcClient(`127.0.0.1:${leaving.port}`);
+    try {
+      const taskId = await createTask('Outlive the gateway [[scripted:delay=400]]');
+      const watching = watchTeam(c, { taskId });
+      await new Promise((r) => setTimeout(r, 300));
+      await leaving.close();
+      const cut = await watching;
+      expect(cut.status.code).toBe(grpc.status.UNAVAILABLE);
+      expect(cut.status.details).toMatch(/shutting down/);
+      const cursor = cut.events.at(-1)?.seq ?? 0;
+      const rest = await watchTeam(client, { taskId, afterSeq: cursor });
+      expect(rest.status.code).toBe(grpc.status.OK);
+      assertContiguous([...cut.events, ...rest.events].map((e) => e.seq));
+      expect(rest.events.at(-1)!.event!.$case).toBe('taskStatusChanged');
+    } finally {
+      c.close();
+      stack.gateways = stack.gateways.filter((g) => g !== leaving);
+    }
+  });
+});
+
 describe('SSE', () => {
   it('streams with id = seq, honours Last-Event-ID, and closes after the terminal event', async () => {
     const taskId = await createTask('SSE please [[scripted:delay=100]]');

@@ -77,6 +77,8 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       await listener.close();
       await fanout.close();
       await Promise.all([grpc.close(), http.close()]);
+      // Fastify closes only servers it listened on itself; this one was handed its connections.
+      http.server.closeAllConnections();
       await queue.close();
       await redis.quit().catch(() => undefined);
     },
