@@ -25,6 +25,23 @@ export interface HttpAppDeps {
 const strictAjv = new Ajv({ allErrors: false, coerceTypes: false, removeAdditional: false, useDefaults: true });
 const coercingAjv = new Ajv({ allErrors: false, coerceTypes: true, removeAdditional: false, useDefaults: true });
 
+const CLIENT_ERROR_CODES: Record<number, string> = {
+  400: 'invalid_argument',
+  404: 'not_found',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+};
+
+/** The first schema error as one sentence that names the offending field, unknown fields included. */
+function validationMessage(context: string, errors: NonNullable<FastifyError['validation']>, fallback: string): string {
+  const first = errors[0];
+  if (!first) return `${context}${fallback.replace(/^(body|querystring|params|headers)/, '')}`;
+  const where = `${context}${first.instancePath}`;
+  const unknown = first.keyword === 'additionalProperties' ? (first.params as { additionalProperty?: unknown }).additionalProperty : undefined;
+  if (typeof unknown === 'string') return `${where} has an unknown field "${unknown.slice(0, 64)}"`;
+  return `${where} ${first.message ?? 'is invalid'}`;
+}
+
 /**
  * The HTTP surface as a Fastify instance that does not listen: main.ts hands it connections from the shared
  * port, tests use inject() or a real port.
@@ -44,10 +61,15 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     const api = toApiError(err);
     if (api) return reply.status(httpStatusOf(api.code)).send({ error: { code: api.code, message: api.message } });
     if (err.validation) {
-      return reply.status(400).send({ error: { code: 'invalid_argument', message: `${err.validationContext ?? 'request'}${err.message.replace(/^(body|querystring|params|headers)/, '')}` } });
+      return reply.status(400).send({ error: { code: 'invalid_argument', message: validationMessage(err.validationContext ?? 'request', err.validation, err.message) } });
     }
     const status = err.statusCode ?? 500;
-    if (status < 500) return reply.status(status).send({ error: { code: err.code ?? 'bad_request', message: err.message } });
+    // Fastify's own client errors (bad JSON, wrong content type, body too large) answer with the API's codes,
+    // not Fastify's internal FST_ERR_* names.
+    if (status < 500) {
+      const message = status === 415 ? `unsupported content-type "${String(request.headers['content-type'] ?? '').slice(0, 100)}"; send application/json` : err.message;
+      return reply.status(status).send({ error: { code: CLIENT_ERROR_CODES[status] ?? 'bad_request', message } });
+    }
     request.log.error({ err, url: request.routeOptions.url }, 'request failed');
     return reply.status(500).send({ error: { code: 'internal', message: 'internal error' } });
   });
