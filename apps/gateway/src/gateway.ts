@@ -26,7 +26,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway');
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const queue = new TeamQueue({ connection: redis, keys });
-  const fanout = new EventFanout({ store, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub'), watcherBufferLimit: config.watcherBufferLimit });
+  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub'), watcherBufferLimit: config.watcherBufferLimit });
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });

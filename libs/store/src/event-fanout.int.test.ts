@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
 import { startTestRedis, type TestRedis } from '@cadre/testing';
-import { EventFanout, WatchClosedError, type TaskWatcher } from './event-fanout.ts';
+import { EventFanout, WatchClosedError, type LogWatcher } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
 import { TaskStore } from './task-store.ts';
 
@@ -16,7 +16,7 @@ beforeAll(async () => {
   redis = new Redis(server.url);
   store = new TaskStore({ redis, keys: new KeyBuilder('fanout') });
   // No safety polls during the test, so every tail read is caused by an append notification.
-  fanout = new EventFanout({ store, subscriber: new Redis(server.url), watcherBufferLimit: 16, safetyPollMs: 60_000 });
+  fanout = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), watcherBufferLimit: 16, safetyPollMs: 60_000 });
   await fanout.start();
 });
 afterAll(async () => {
@@ -34,7 +34,7 @@ async function liveTask(): Promise<string> {
 
 const phase = (taskId: string, turn: number) => store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_phase', { phase: 'thinking', mode: 'react', turn });
 
-async function collect(watcher: TaskWatcher, count: number): Promise<number[]> {
+async function collect(watcher: LogWatcher<TeamEvent>, count: number): Promise<number[]> {
   const seqs: number[] = [];
   for await (const e of watcher) {
     seqs.push(e.seq);
@@ -46,7 +46,7 @@ async function collect(watcher: TaskWatcher, count: number): Promise<number[]> {
 describe('EventFanout', () => {
   it('shares one tail among watchers: Redis reads follow appends, not watchers', async () => {
     const taskId = await liveTask();
-    const watchers = await Promise.all(Array.from({ length: 20 }, () => fanout.watch(taskId, 0)));
+    const watchers = await Promise.all(Array.from({ length: 20 }, () => fanout.watch(store.taskLog(taskId), 0)));
     const received = watchers.map((w) => collect(w, 2 + 40));
     const readsBefore = fanout.tailReads;
     for (let turn = 1; turn <= 40; turn++) await phase(taskId, turn);
@@ -60,8 +60,8 @@ describe('EventFanout', () => {
 
   it('closes a stalled watcher with a resumable error and keeps serving the others', async () => {
     const taskId = await liveTask();
-    const stalled = await fanout.watch(taskId, 0);
-    const healthy = await fanout.watch(taskId, 0);
+    const stalled = await fanout.watch(store.taskLog(taskId), 0);
+    const healthy = await fanout.watch(store.taskLog(taskId), 0);
     const first = await stalled.next();
     expect((first.value as TeamEvent).seq).toBe(1);
     const healthyDone = collect(healthy, 2 + 60);
@@ -79,7 +79,7 @@ describe('EventFanout', () => {
     const resumeFrom = (error as WatchClosedError).lastSeq;
     expect(resumeFrom).toBeGreaterThanOrEqual(1);
     // Resuming from the reported cursor yields the rest with no gap.
-    const resumed = await fanout.watch(taskId, resumeFrom);
+    const resumed = await fanout.watch(store.taskLog(taskId), resumeFrom);
     expect(await collect(resumed, 62 - resumeFrom)).toEqual(Array.from({ length: 62 - resumeFrom }, (_, i) => resumeFrom + 1 + i));
   });
 });

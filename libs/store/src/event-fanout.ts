@@ -1,19 +1,34 @@
 import type { Redis } from 'ioredis';
-import { isTerminalTeamEvent, type TeamEvent } from '@cadre/protocol';
-import type { TaskStore } from './task-store.ts';
-import { decodeEntry, type StreamEntry } from './event-codec.ts';
+import type { KeyBuilder } from './keys.ts';
+
+/** Any event with a seq: team events of a task, run events of a run. */
+export interface LoggedEvent {
+  seq: number;
+}
+
+/** One event log as the fan-out sees it (a task's or a run's); built by the store that owns it. */
+export interface WatchableLog<E extends LoggedEvent> {
+  /** The id appends publish (`<id> <seq>`) on the appended channel. */
+  id: string;
+  /** Events with seq > afterSeq, at most `limit`; null when the log is gone; throws cursor_expired. */
+  read(afterSeq: number, limit: number): Promise<E[] | null>;
+  /** The last seq appended. */
+  head(): Promise<number>;
+  /** The event after which readers are done. */
+  isTerminal(event: E): boolean;
+}
 
 /**
- * Shares one Redis tail per task among every watcher in this process (DESIGN invariant 3).
+ * Shares one Redis tail per log among every watcher in this process (DESIGN invariant 3).
  *
- * Appends PUBLISH `<taskId> <seq>` on the appended channel; one subscriber connection per process hears it and
- * wakes the task's tail, which reads the new entries once (XRANGE from its cursor) and pushes them to all of its
- * watchers. So steady-state Redis reads grow with the number of watched tasks, not with watchers. A watcher that
+ * Appends PUBLISH `<logId> <seq>` on the appended channel; one subscriber connection per process hears it and
+ * wakes the log's tail, which reads the new entries once (XRANGE from its cursor) and pushes them to all of its
+ * watchers. So steady-state Redis reads grow with the number of watched logs, not with watchers. A watcher that
  * starts behind the tail, or falls behind it, catches up from the log itself: the log is the truth, pushes only
  * save reads.
  */
 export interface FanoutOptions {
-  store: TaskStore;
+  keys: KeyBuilder;
   /** A dedicated connection: it is put in subscriber mode. */
   subscriber: Redis;
   /** Events a caught-up watcher may hold undelivered before it is closed as too slow. */
@@ -36,9 +51,9 @@ export class WatchClosedError extends Error {
 }
 
 export class EventFanout {
-  private readonly store: TaskStore;
+  private readonly keys: KeyBuilder;
   private readonly subscriber: Redis;
-  private readonly tails = new Map<string, TaskTail>();
+  private readonly tails = new Map<string, LogTail<LoggedEvent>>();
   private readonly bufferLimit: number;
   private readonly safetyPollMs: number;
   readonly pageSize: number;
@@ -47,7 +62,7 @@ export class EventFanout {
   tailReads = 0;
 
   constructor(opts: FanoutOptions) {
-    this.store = opts.store;
+    this.keys = opts.keys;
     this.subscriber = opts.subscriber;
     this.bufferLimit = opts.watcherBufferLimit ?? 1024;
     this.safetyPollMs = opts.safetyPollMs ?? 2000;
@@ -63,7 +78,7 @@ export class EventFanout {
     this.subscriber.on('ready', () => {
       for (const tail of this.tails.values()) tail.wake(Infinity);
     });
-    await this.subscriber.subscribe(this.store.keys.appendedChannel());
+    await this.subscriber.subscribe(this.keys.appendedChannel());
   }
 
   /** Closes every watcher with a resumable `shutting_down` error and stops listening. */
@@ -81,35 +96,28 @@ export class EventFanout {
   }
 
   /**
-   * Events of `taskId` with seq > afterSeq, live, ending after the task's terminal event. The caller has
-   * checked that the task exists and may be read. Iterate it; `return()` (or breaking the loop) unregisters.
+   * Events of `log` with seq > afterSeq, live, ending after its terminal event. The caller has checked that the
+   * log exists and may be read. Iterate it; `return()` (or breaking the loop) unregisters.
    */
-  async watch(taskId: string, afterSeq: number): Promise<TaskWatcher> {
+  async watch<E extends LoggedEvent>(log: WatchableLog<E>, afterSeq: number): Promise<LogWatcher<E>> {
     if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, 'gateway is shutting down');
-    let tail = this.tails.get(taskId);
+    let tail = this.tails.get(log.id) as LogTail<E> | undefined;
     if (!tail) {
-      tail = new TaskTail(this, taskId, () => this.tails.delete(taskId));
-      this.tails.set(taskId, tail);
+      tail = new LogTail<E>(this, log, () => this.tails.delete(log.id));
+      this.tails.set(log.id, tail as unknown as LogTail<LoggedEvent>);
     }
     // The tail's cursor must be set before the watcher's first read of the log, or an event appended between
     // the two could be missed by both.
     await tail.ready;
-    const watcher = new TaskWatcher(taskId, afterSeq, this.store, this.bufferLimit, this.pageSize, () => tail.remove(watcher));
+    const owner = tail;
+    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, this.bufferLimit, this.pageSize, () => owner.remove(watcher));
     tail.watchers.add(watcher);
     return watcher;
   }
 
   /** @internal */
-  async readAfter(taskId: string, afterSeq: number): Promise<TeamEvent[]> {
+  countTailRead(): void {
     this.tailReads++;
-    const entries = (await this.store.redis.xrange(this.store.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', this.pageSize)) as StreamEntry[];
-    return entries.map(decodeEntry);
-  }
-
-  /** @internal */
-  async headSeq(taskId: string): Promise<number> {
-    this.tailReads++;
-    return Number((await this.store.redis.hget(this.store.keys.task(taskId).meta, 'seq')) ?? 0);
   }
 
   /** @internal */
@@ -118,9 +126,9 @@ export class EventFanout {
   }
 }
 
-/** One per watched task per process: reads each new event once and pushes it to every local watcher. */
-class TaskTail {
-  readonly watchers = new Set<TaskWatcher>();
+/** One per watched log per process: reads each new event once and pushes it to every local watcher. */
+class LogTail<E extends LoggedEvent> {
+  readonly watchers = new Set<LogWatcher<E>>();
   readonly ready: Promise<void>;
   private cursor = 0;
   private isReady = false;
@@ -129,14 +137,15 @@ class TaskTail {
   private ended = false;
   private poll: NodeJS.Timeout | undefined;
   private readonly fanout: EventFanout;
-  private readonly taskId: string;
+  private readonly log: WatchableLog<E>;
   private readonly onEmpty: () => void;
 
-  constructor(fanout: EventFanout, taskId: string, onEmpty: () => void) {
+  constructor(fanout: EventFanout, log: WatchableLog<E>, onEmpty: () => void) {
     this.fanout = fanout;
-    this.taskId = taskId;
+    this.log = log;
     this.onEmpty = onEmpty;
-    this.ready = fanout.headSeq(taskId).then((head) => {
+    fanout.countTailRead();
+    this.ready = log.head().then((head) => {
       this.cursor = head;
       this.isReady = true;
       this.schedulePoll();
@@ -158,13 +167,14 @@ class TaskTail {
     try {
       do {
         this.again = false;
-        let page: TeamEvent[];
+        let page: E[];
         do {
-          page = await this.fanout.readAfter(this.taskId, this.cursor);
+          this.fanout.countTailRead();
+          page = (await this.log.read(this.cursor, this.fanout.pageSize)) ?? [];
           for (const event of page) {
             this.cursor = event.seq;
             for (const w of this.watchers) w.push(event);
-            if (isTerminalTeamEvent(event.event_type)) this.ended = true;
+            if (this.log.isTerminal(event)) this.ended = true;
           }
         } while (page.length === this.fanout.pageSize);
       } while (this.again && !this.ended);
@@ -184,7 +194,7 @@ class TaskTail {
     this.poll.unref();
   }
 
-  remove(watcher: TaskWatcher): void {
+  remove(watcher: LogWatcher<E>): void {
     this.watchers.delete(watcher);
     if (this.watchers.size === 0) {
       clearTimeout(this.poll);
@@ -202,16 +212,15 @@ class TaskTail {
  * One reader's view: an async iterator over events after its cursor. Events pushed by the tail wait in a bounded
  * buffer; when the reader is behind the buffer it reads pages from the log instead.
  */
-export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
+export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<E> {
   /** The seq of the last event handed to the reader: where it resumes from. */
   lastSeq: number;
-  private live: TeamEvent[] = [];
-  private page: TeamEvent[] = [];
+  private live: E[] = [];
+  private page: E[] = [];
   private done = false;
   private error: Error | undefined;
   private wakeReader: (() => void) | undefined;
-  private readonly taskId: string;
-  private readonly store: TaskStore;
+  private readonly log: WatchableLog<E>;
   private readonly bufferLimit: number;
   private readonly pageSize: number;
   private readonly unregister: () => void;
@@ -219,17 +228,16 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
   /** The highest seq the tail has pushed: the log holds at least this much. */
   private knownHead = 0;
 
-  constructor(taskId: string, afterSeq: number, store: TaskStore, bufferLimit: number, pageSize: number, unregister: () => void) {
-    this.taskId = taskId;
+  constructor(log: WatchableLog<E>, afterSeq: number, bufferLimit: number, pageSize: number, unregister: () => void) {
+    this.log = log;
     this.lastSeq = afterSeq;
-    this.store = store;
     this.bufferLimit = bufferLimit;
     this.pageSize = pageSize;
     this.unregister = unregister;
   }
 
   /** @internal Called by the tail. */
-  push(event: TeamEvent): void {
+  push(event: E): void {
     if (this.done || event.seq <= this.lastSeq) return;
     this.knownHead = Math.max(this.knownHead, event.seq);
     this.live.push(event);
@@ -255,7 +263,7 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
     this.wakeReader?.();
   }
 
-  async next(): Promise<IteratorResult<TeamEvent>> {
+  async next(): Promise<IteratorResult<E>> {
     while (true) {
       if (this.error) {
         const error = this.error;
@@ -266,18 +274,18 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
       const event = this.take();
       if (event) {
         this.lastSeq = event.seq;
-        if (isTerminalTeamEvent(event.event_type)) this.finish();
+        if (this.log.isTerminal(event)) this.finish();
         return { done: false, value: event };
       }
       // Nothing contiguous in memory: read the log if it holds more (first read, a gap, dropped events), else wait.
       if (this.firstRead || this.knownHead > this.lastSeq) {
         this.firstRead = false;
-        const page = await this.store.readEvents(this.taskId, this.lastSeq, this.pageSize);
+        const page = await this.log.read(this.lastSeq, this.pageSize);
         if (!page) {
           this.finish();
           return { done: true, value: undefined };
         }
-        this.page = page.events;
+        this.page = page;
         // Appends are atomic, so the log always has what the tail pushed; an empty page means nothing is
         // pending (guards against spinning on a stale head).
         if (this.page.length === 0) this.knownHead = this.lastSeq;
@@ -287,7 +295,7 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
     }
   }
 
-  private take(): TeamEvent | undefined {
+  private take(): E | undefined {
     const want = this.lastSeq + 1;
     while (this.page.length > 0 && this.page[0]!.seq < want) this.page.shift();
     if (this.page[0]?.seq === want) return this.page.shift();
@@ -313,7 +321,7 @@ export class TaskWatcher implements AsyncIterableIterator<TeamEvent> {
     this.unregister();
   }
 
-  async return(): Promise<IteratorResult<TeamEvent>> {
+  async return(): Promise<IteratorResult<E>> {
     this.finish();
     this.wakeReader?.();
     return { done: true, value: undefined };

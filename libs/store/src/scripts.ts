@@ -18,11 +18,17 @@ function loadScripts(): ScriptSource[] {
       const match = /^(\w+)-(\d+)\.lua$/.exec(file);
       if (!match) throw new Error(`lua script ${file} must be named <name>-<numberOfKeys>.lua`);
       const raw = readFileSync(new URL(file, LUA_DIR), 'utf8');
-      const lua = raw.replace(/^--@include (\S+)$/gm, (_, inc: string) =>
-        readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'),
-      );
-      return { name: match[1]!, numberOfKeys: Number(match[2]), lua };
+      return { name: match[1]!, numberOfKeys: Number(match[2]), lua: inline(raw) };
     });
+}
+
+/** Inlines `--@include` lines (recursively, each file once). */
+function inline(source: string, seen = new Set<string>()): string {
+  return source.replace(/^--@include (\S+)$/gm, (_, inc: string) => {
+    if (seen.has(inc)) return '';
+    seen.add(inc);
+    return inline(readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'), seen);
+  });
 }
 
 let cached: ScriptSource[] | undefined;

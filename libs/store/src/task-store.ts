@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { TeamEvent, TeamEventInput, TeamEventType, TaskStatus, TokenUsage } from '@cadre/protocol';
+import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TeamEventType, type TaskStatus, type TokenUsage } from '@cadre/protocol';
+import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { scriptError, StoreError } from './errors.ts';
 import { scriptsOf, type TaskScripts } from './scripts.ts';
@@ -214,6 +215,16 @@ export class TaskStore {
       throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${events[0]!.seq}); restart from after_seq=${events[0]!.seq - 1} or refetch the task`);
     }
     return { workspace_id: workspaceId, status: status as TaskStatus, events };
+  }
+
+  /** The task's log as the fan-out reads it. Its id is the task id (what the append scripts publish). */
+  taskLog(taskId: string): WatchableLog<TeamEvent> {
+    return {
+      id: taskId,
+      read: async (afterSeq, limit) => (await this.readEvents(taskId, afterSeq, limit))?.events ?? null,
+      head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
+      isTerminal: (event) => isTerminalTeamEvent(event.event_type),
+    };
   }
 
   /** Tasks that reached each status, for metrics. A separate write: it lives outside the task's slot. */

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '@cadre/observability';
-import type { TaskWatcher } from '@cadre/store';
+import type { LoggedEvent, LogWatcher } from '@cadre/store';
 import { toApiError } from '../errors.ts';
 
 /**
@@ -23,7 +23,7 @@ export class SseSessions {
     return this.open.size;
   }
 
-  serve(request: FastifyRequest, reply: FastifyReply, watcher: TaskWatcher | null): void {
+  serve<E extends LoggedEvent & { event_type: string }>(request: FastifyRequest, reply: FastifyReply, watcher: LogWatcher<E> | null): void {
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, {

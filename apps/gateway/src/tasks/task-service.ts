@@ -1,7 +1,7 @@
 import type { Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, type TeamEvent } from '@cadre/protocol';
-import { type EventFanout, type TaskRecord, type TaskStore, type TaskWatcher, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { type EventFanout, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
@@ -74,13 +74,13 @@ export class TaskService {
    * A live view of the task's events after `afterSeq`, ending after the terminal event; `null` when the reader
    * already has everything (a finished task read up to its last event).
    */
-  async watch(principal: Principal, taskId: string, afterSeq: number): Promise<TaskWatcher | null> {
+  async watch(principal: Principal, taskId: string, afterSeq: number): Promise<LogWatcher<TeamEvent> | null> {
     const task = await this.get(principal, taskId);
     if (afterSeq > task.last_seq) {
       throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of task ${taskId}'s log (last seq ${task.last_seq})`);
     }
     if (afterSeq === task.last_seq && TERMINAL_TASK_STATUSES.includes(task.status)) return null;
-    return this.deps.fanout.watch(taskId, afterSeq);
+    return this.deps.fanout.watch(this.deps.store.taskLog(taskId), afterSeq);
   }
 
   private async checkCursor(taskId: string, afterSeq: number): Promise<void> {

@@ -1,0 +1,17 @@
+-- The append-only event log shared by task and run scripts (inlined at `--@include event-log`).
+-- A log is a meta hash (field `seq` = last seq) and a stream whose entry ids are `<seq>-0`.
+
+local function nowMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Appends one entry: seq is assigned here, atomically with the append, so the log has no gaps; readers resume
+-- with XRANGE (<after_seq>. `fields` is a flat list of field, value pairs; `ts` is added. Watchers are woken
+-- with `<logId> <seq>` on `channel`.
+local function appendToLog(metaKey, eventsKey, logId, maxLen, channel, fields)
+  local seq = redis.call('HINCRBY', metaKey, 'seq', 1)
+  redis.call('XADD', eventsKey, 'MAXLEN', maxLen, seq .. '-0', 'ts', nowMs(), unpack(fields))
+  redis.call('PUBLISH', channel, logId .. ' ' .. seq)
+  return seq
+end
