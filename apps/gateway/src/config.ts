@@ -1,4 +1,4 @@
-import { bool, int, readConfig, str, url, workspaceKeys, type Env } from '@cadre/config';
+import { bool, int, positiveIntOr, readConfig, str, url, workspaceKeys, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the gateway; parsed once at start-up. */
 export function gatewayConfig(env: Env) {
@@ -17,6 +17,13 @@ export function gatewayConfig(env: Env) {
     watcherBufferLimit: int('CADRE_WATCHER_BUFFER', 1024, { min: 16 }),
     bodyLimitBytes: int('CADRE_BODY_LIMIT_BYTES', 1024 * 1024, { min: 1024 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 10_000, { min: 0 }),
+    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
+    runsControlApiKey: str('RUNS_CONTROL_API_KEY'),
+    // As the original: an invalid or non-positive cap means 1.
+    runsMaxActivePerWorkspace: positiveIntOr(['RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE'], 1),
+    runsWorkerTtlMs: int('RUNS_WORKER_TTL_MS', 30_000, { min: 100 }),
+    runsMaxAttempts: int('RUNS_MAX_ATTEMPTS', 3, { min: 1, max: 100 }),
+    runsHeartbeatIntervalMs: int('RUNS_HEARTBEAT_INTERVAL_MS', 5_000, { min: 50 }),
   });
 }
 

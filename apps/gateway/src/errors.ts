@@ -86,6 +86,13 @@ export function toApiError(err: unknown): ApiError | undefined {
         return new ApiError('conflict', err.message);
       case 'cursor_expired':
         return new ApiError('out_of_range', err.message);
+      case 'run_not_found':
+        return new ApiError('not_found', 'run not found');
+      case 'run_finished':
+      case 'worker_mismatch':
+      case 'invalid_state':
+      case 'run_cap_reached':
+        return new ApiError('conflict', err.message);
       default:
         return undefined;
     }

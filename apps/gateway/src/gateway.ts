@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { Counter, Gauge } from 'prom-client';
 import { createMetricsRegistry, type Logger } from '@cadre/observability';
-import { EventFanout, KeyBuilder, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { EventFanout, KeyBuilder, RunStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
@@ -9,6 +9,9 @@ import { buildHttpApp } from './http/app.ts';
 import { SseSessions } from './http/sse.ts';
 import { listenOnePort, type OnePortListener } from './net/one-port.ts';
 import { TaskService } from './tasks/task-service.ts';
+import { RunService } from './runs/run-service.ts';
+import { RunsAuthenticator } from './runs/runs-auth.ts';
+import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import type { GatewayConfig } from './config.ts';
 
 export interface Gateway {
@@ -32,6 +35,15 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
   const tasks = new TaskService({ store, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });
+  const runStore = new RunStore({
+    redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
+    workerTtlMs: config.runsWorkerTtlMs, maxAttempts: config.runsMaxAttempts,
+  });
+  const runs = new RunService({
+    store: runStore, fanout, tasks, logger, maxActivePerWorkspace: config.runsMaxActivePerWorkspace, heartbeatIntervalMs: config.runsHeartbeatIntervalMs,
+  });
+  const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, controlKey: config.runsControlApiKey });
+  const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const metrics = createMetricsRegistry('gateway');
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
@@ -52,6 +64,8 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     logger,
     auth,
     tasks,
+    runs,
+    runsAuth,
     sse,
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
@@ -64,6 +78,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   });
   const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });
   grpc.health.setServing();
+  sweeper.start();
   logger.info({ port: listener.port }, 'gateway listening (REST + gRPC)');
 
   return {
@@ -73,6 +88,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       // Drain: fail readiness and health first, stop accepting, end open streams with a resumable status
       // (clients resume from their last seq on another replica), then close servers and connections.
       draining = true;
+      sweeper.stop();
       grpc.health.setNotServing();
       await listener.close();
       await fanout.close();

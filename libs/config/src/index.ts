@@ -117,3 +117,14 @@ export function workspaceKeys(names: Names): Field<Map<string, string>> {
     },
   };
 }
+
+/** A positive integer, or `fallback` when unset, invalid or not positive (never an error). */
+export function positiveIntOr(names: Names, fallback: number): Field<number> {
+  return {
+    names: namesOf(names),
+    parse(raw) {
+      const value = Number(raw);
+      return raw !== undefined && Number.isInteger(value) && value > 0 ? value : fallback;
+    },
+  };
+}

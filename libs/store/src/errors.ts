@@ -6,7 +6,12 @@ export type StoreErrorCode =
   | 'lease_lost'
   | 'worker_not_found'
   | 'worker_finished'
-  | 'cursor_expired';
+  | 'cursor_expired'
+  | 'run_not_found'
+  | 'run_finished'
+  | 'worker_mismatch'
+  | 'invalid_state'
+  | 'run_cap_reached';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;
@@ -30,6 +35,24 @@ export function scriptError(code: number, what: string): StoreError {
       return new StoreError('worker_not_found', `${what}: worker not found`);
     case -5:
       return new StoreError('worker_finished', `${what}: worker already finished`);
+    default:
+      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+  }
+}
+
+/** The negative codes of the run scripts (lua/*Run*.lua, heartbeat), in one table. */
+export function runScriptError(code: number, what: string): StoreError {
+  switch (code) {
+    case -1:
+      return new StoreError('run_not_found', 'run not found');
+    case -2:
+      return new StoreError('run_finished', `${what}: the run already ended`);
+    case -3:
+      return new StoreError('worker_mismatch', `${what}: worker mismatch: this worker does not hold the run`);
+    case -6:
+      return new StoreError('run_cap_reached', `${what}: the workspace's active-run cap is reached`);
+    case -7:
+      return new StoreError('invalid_state', `${what}: not allowed in the run's current state`);
     default:
       return new Error(`${what}: unexpected script result ${code}`) as StoreError;
   }

@@ -10,6 +10,13 @@ import { createHash } from 'node:crypto';
  *   <prefix>:idem:{<ws>}:<sha256(key)>   string: task id created for an Idempotency-Key
  *   <prefix>:stats:tasks       hash: status → count of tasks that reached it (metrics only)
  *
+ *
+ * Runs live under their workspace's tag `{w:<ws>}` (see lua/includes/run-log.lua for the keys derived there):
+ *   <prefix>:{w:<ws>}:workers|queue|active|expiry|runs|leases|cmds:<worker>|run:<id>:meta|run:<id>:events
+ *   <prefix>:{w:<ws>}:tasks    set: the workspace's unfinished team tasks (for stop-all)
+ *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
+ *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
+ *
  * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId> <seq>`) wakes event tails;
  * `<prefix>:cancel` (message `<taskId>`) reaches running agent loops.
  */
@@ -34,6 +41,27 @@ export class KeyBuilder {
   idempotency(workspaceId: string, key: string): string {
     const digest = createHash('sha256').update(key).digest('hex');
     return `${this.prefix}:idem:{${workspaceId}}:${digest}`;
+  }
+
+  /** The base every run key of a workspace is derived from (in Lua as well). */
+  workspace(workspaceId: string): string {
+    return `${this.prefix}:{w:${workspaceId}}`;
+  }
+
+  workspaceTasks(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:tasks`;
+  }
+
+  runIndex(runId: string): string {
+    return `${this.prefix}:runidx:{${runId}}`;
+  }
+
+  workspaces(): string {
+    return `${this.prefix}:workspaces`;
+  }
+
+  runIdempotency(workspaceId: string, key: string): string {
+    return `${this.workspace(workspaceId)}:idem:${createHash('sha256').update(key).digest('hex')}`;
   }
 
   taskStats(): string {

@@ -43,16 +43,23 @@ export function defineScripts(redis: Redis): void {
 
 /** The commands defineScripts adds, typed. Arguments after the keys are strings or numbers. */
 export type ScriptArg = string | number;
-export interface TaskScripts {
+export interface StoreScripts {
   createTask(...args: ScriptArg[]): Promise<number>;
   claimWorker(...args: ScriptArg[]): Promise<[number, number]>;
   appendWorkerEvent(...args: ScriptArg[]): Promise<number>;
   finishWorker(...args: ScriptArg[]): Promise<number>;
   addWorkers(...args: ScriptArg[]): Promise<number>;
   cancelTask(...args: ScriptArg[]): Promise<number>;
+  createRun(...args: ScriptArg[]): Promise<number>;
+  heartbeat(...args: ScriptArg[]): Promise<string>;
+  dispatchRun(...args: ScriptArg[]): Promise<number>;
+  relayRunEvents(...args: ScriptArg[]): Promise<number>;
+  controlRun(...args: ScriptArg[]): Promise<number | string>;
+  stopAllRuns(...args: ScriptArg[]): Promise<string[]>;
+  expireRunLeases(...args: ScriptArg[]): Promise<number>;
 }
 
-export function scriptsOf(redis: Redis): TaskScripts {
+export function scriptsOf(redis: Redis): StoreScripts {
   defineScripts(redis);
-  return redis as unknown as TaskScripts;
+  return redis as unknown as StoreScripts;
 }

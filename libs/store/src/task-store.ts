@@ -4,7 +4,7 @@ import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TeamEven
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { scriptError, StoreError } from './errors.ts';
-import { scriptsOf, type TaskScripts } from './scripts.ts';
+import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, type StreamEntry } from './event-codec.ts';
 
@@ -44,7 +44,7 @@ const DEFAULT_MAX_EVENTS = 100_000;
 export class TaskStore {
   readonly keys: KeyBuilder;
   readonly redis: Redis;
-  private readonly scripts: TaskScripts;
+  private readonly scripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly maxEvents: number;
 
@@ -100,7 +100,10 @@ export class TaskStore {
       this.maxEvents,
       this.keys.appendedChannel(),
     );
-    if (created === 1) await this.countStatus('queued');
+    if (created === 1) {
+      await this.countStatus('queued');
+      await this.redis.multi().sadd(this.keys.workspaceTasks(input.workspace_id), taskId).sadd(this.keys.workspaces(), input.workspace_id).exec();
+    }
     const task = await this.getTask(taskId);
     if (!task) throw new Error(`task ${taskId} vanished right after creation`);
     return { task, created: created === 1 };
@@ -170,7 +173,7 @@ export class TaskStore {
       task?.status ?? '', JSON.stringify(taskPayload), this.retentionSec, this.maxEvents, this.keys.appendedChannel(),
     );
     if (seq < 0) throw scriptError(seq, `finish ${workerId}`);
-    if (task) await this.countStatus(task.status);
+    if (task) await this.taskEnded(taskId, task.status);
     return seq;
   }
 
@@ -187,7 +190,7 @@ export class TaskStore {
       ...this.k(taskId), taskId, reason, this.retentionSec, this.maxEvents, this.keys.appendedChannel(), this.keys.cancelChannel(),
     );
     if (code === 1) {
-      await this.countStatus('cancelled');
+      await this.taskEnded(taskId, 'cancelled');
       return 'cancelled';
     }
     if (code === 2) return 'already';
@@ -225,6 +228,18 @@ export class TaskStore {
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
       isTerminal: (event) => isTerminalTeamEvent(event.event_type),
     };
+  }
+
+  /** Unfinished tasks of a workspace (for stop-all). */
+  async activeTaskIds(workspaceId: string): Promise<string[]> {
+    return this.redis.smembers(this.keys.workspaceTasks(workspaceId));
+  }
+
+  /** Bookkeeping outside the task's slot, so separate writes: status counts and the workspace's active set. */
+  private async taskEnded(taskId: string, status: TaskStatus): Promise<void> {
+    const ws = await this.workspaceOf(taskId);
+    await this.countStatus(status);
+    if (ws) await this.redis.srem(this.keys.workspaceTasks(ws), taskId);
   }
 
   /** Tasks that reached each status, for metrics. A separate write: it lives outside the task's slot. */

@@ -8,9 +8,10 @@ import { httpStatusOf, toApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 import { healthRoutes } from './routes/health.routes.ts';
 import { taskRoutes } from './routes/tasks.routes.ts';
+import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
 import type { SseSessions } from './sse.ts';
 
-export interface HttpAppDeps {
+export interface HttpAppDeps extends RunRoutesDeps {
   logger: Logger;
   auth: Authenticator;
   tasks: TaskService;
@@ -79,5 +80,6 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
 
   app.register(healthRoutes, deps);
   app.register(taskRoutes, deps);
+  app.register(runRoutes, deps);
   return app;
 }

@@ -1,7 +1,7 @@
 import type { Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, type TeamEvent } from '@cadre/protocol';
-import { type EventFanout, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { StoreError, type EventFanout, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
@@ -68,6 +68,21 @@ export class TaskService {
     const outcome = await this.deps.store.cancelTask(taskId, reason);
     if (outcome === 'cancelled') this.deps.logger.info({ taskId, reason }, 'task cancelled');
     return (await this.deps.store.getTask(taskId)) ?? task;
+  }
+
+  /** Unfinished tasks of a workspace (stop-all's scope). */
+  activeTaskIds(workspaceId: string): Promise<string[]> {
+    return this.deps.store.activeTaskIds(workspaceId);
+  }
+
+  /** Operator cancel (stop-all): the same path as POST cancel; false when the task had already ended. */
+  async cancelForOperator(taskId: string, reason: string): Promise<boolean> {
+    try {
+      return (await this.deps.store.cancelTask(taskId, reason)) === 'cancelled';
+    } catch (err) {
+      if (err instanceof StoreError) return false;
+      throw err;
+    }
   }
 
   /**

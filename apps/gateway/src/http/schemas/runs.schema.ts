@@ -1,0 +1,152 @@
+// JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's;
+// Cadre's additions are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` on relays).
+
+const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
+const id = { type: 'string', minLength: 1, maxLength: 128 } as const;
+
+export const createRunBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id', 'query'],
+  properties: {
+    workspace_id: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
+    agent_id: text(128),
+    query: { type: 'string', minLength: 1, maxLength: 20_000 },
+    requested_by: text(128),
+    files: {
+      type: 'array',
+      maxItems: 32,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['artifact_id'],
+        properties: { artifact_id: id, filename: text(255), content_type: text(128) },
+      },
+    },
+    metadata: { type: 'object', maxProperties: 64 },
+  },
+} as const;
+
+export interface CreateRunBody {
+  workspace_id: string;
+  agent_id?: string;
+  query: string;
+  requested_by?: string;
+  files?: { artifact_id: string; filename?: string; content_type?: string }[];
+  metadata?: Record<string, unknown>;
+}
+
+export const runParams = {
+  type: 'object',
+  required: ['run_id'],
+  properties: { run_id: { type: 'string', maxLength: 64 } },
+} as const;
+
+export const listRunsQuery = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id'],
+  properties: {
+    workspace_id: id,
+    status: { type: 'string', enum: ['awaiting_worker', 'queued', 'running', 'paused', 'stopped', 'completed', 'failed'] },
+  },
+} as const;
+
+export const heartbeatBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id', 'worker_id'],
+  properties: {
+    workspace_id: id,
+    worker_id: id,
+    vm_id: text(128),
+    user_id: text(128),
+    session_id: text(128),
+    status: { type: 'string', minLength: 1, maxLength: 32, default: 'ready' },
+    metadata: { type: 'object', maxProperties: 64 },
+    acked_command_ids: { type: 'array', maxItems: 1000, items: id },
+  },
+} as const;
+
+export interface HeartbeatBody {
+  workspace_id: string;
+  worker_id: string;
+  vm_id?: string;
+  user_id?: string;
+  session_id?: string;
+  status: string;
+  metadata?: Record<string, unknown>;
+  acked_command_ids?: string[];
+}
+
+export const controlBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['action'],
+  properties: {
+    action: { type: 'string', enum: ['pause', 'resume', 'stop', 'set-control-mode'] },
+    control_mode: { type: 'string', enum: ['agent_only', 'shared_control', 'human_override'] },
+    requested_by: text(128),
+  },
+} as const;
+
+export interface ControlBody {
+  action: 'pause' | 'resume' | 'stop' | 'set-control-mode';
+  control_mode?: string;
+  requested_by?: string;
+}
+
+export const stopAllBody = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: { workspace_id: id, requested_by: text(128) },
+} as const;
+
+export const dispatchedBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['worker_id'],
+  properties: { worker_id: id, user_id: text(128), turn_ref: text(128), conversation_ref: text(160), lease_id: text(64) },
+} as const;
+
+export interface DispatchedBody {
+  worker_id: string;
+  user_id?: string;
+  turn_ref?: string;
+  conversation_ref?: string;
+  lease_id?: string;
+}
+
+const relayedEvent = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['event_type'],
+  properties: { event_type: { type: 'string', minLength: 1, maxLength: 64 }, source: text(64), payload: {} },
+} as const;
+
+/** One event as in the original, or Cadre's batch `{events: [...]}`; both may name the relaying worker. */
+export const relayBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    ...relayedEvent.properties,
+    events: { type: 'array', minItems: 1, maxItems: 500, items: relayedEvent },
+    worker_id: id,
+    lease_id: text(64),
+  },
+} as const;
+
+export interface RelayBody {
+  event_type?: string;
+  source?: string;
+  payload?: unknown;
+  events?: { event_type: string; source?: string; payload?: unknown }[];
+  worker_id?: string;
+  lease_id?: string;
+}
+
+export const eventsQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { after_seq: { type: 'integer', minimum: 0 }, limit: { type: 'integer', minimum: 1, maximum: 1000 } },
+} as const;

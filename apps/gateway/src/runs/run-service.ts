@@ -1,0 +1,136 @@
+import type { Logger } from '@cadre/observability';
+import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, HeartbeatResult, ControlAction } from '@cadre/store';
+import { StoreError, TERMINAL_RUN_STATUSES } from '@cadre/store';
+import { ApiError } from '../errors.ts';
+import type { TaskService } from '../tasks/task-service.ts';
+import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '../http/schemas/runs.schema.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface RunServiceDeps {
+  store: RunStore;
+  fanout: EventFanout;
+  tasks: TaskService;
+  logger: Logger;
+  maxActivePerWorkspace: number;
+  heartbeatIntervalMs: number;
+}
+
+/** The runs control plane behind the HTTP routes. */
+export class RunService {
+  private readonly deps: RunServiceDeps;
+
+  constructor(deps: RunServiceDeps) {
+    this.deps = deps;
+  }
+
+  async create(body: CreateRunBody, idempotencyKey?: string): Promise<{ run: RunRecord; events: RunEvent[]; created: boolean }> {
+    const files = (body.files ?? []).map((f) => ({ artifact_id: f.artifact_id, filename: f.filename ?? '', content_type: f.content_type ?? '' }));
+    try {
+      const out = await this.deps.store.createRun(
+        { workspace_id: body.workspace_id, agent_id: body.agent_id ?? '', query: body.query, requested_by: body.requested_by ?? '', files, metadata: body.metadata ?? {} },
+        this.deps.maxActivePerWorkspace,
+        idempotencyKey,
+      );
+      if (out.created) this.deps.logger.info({ runId: out.run.run_id, workspaceId: body.workspace_id }, 'run created');
+      return out;
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'run_cap_reached') {
+        throw new ApiError('conflict', `workspace ${body.workspace_id} already has ${this.deps.maxActivePerWorkspace} active run(s) (RUNS_MAX_ACTIVE_PER_WORKSPACE)`);
+      }
+      throw err;
+    }
+  }
+
+  async get(runId: string): Promise<RunRecord> {
+    checkRunId(runId);
+    const run = await this.deps.store.getRun(runId);
+    if (!run) throw new ApiError('not_found', 'run not found');
+    return run;
+  }
+
+  async events(runId: string, afterSeq: number, limit: number): Promise<{ run_id: string; events: RunEvent[]; next_after_seq: number }> {
+    checkRunId(runId);
+    const page = await this.deps.store.readEvents(runId, afterSeq, limit);
+    if (!page) throw new ApiError('not_found', 'run not found');
+    if (page.events.length === 0) {
+      const run = await this.get(runId);
+      if (afterSeq > run.last_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_seq})`);
+    }
+    return { run_id: runId, events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
+  }
+
+  async heartbeat(body: HeartbeatBody): Promise<HeartbeatResult & { heartbeat_interval_ms: number }> {
+    const result = await this.deps.store.heartbeat(
+      { workspace_id: body.workspace_id, worker_id: body.worker_id, vm_id: body.vm_id, user_id: body.user_id, session_id: body.session_id, status: body.status, metadata: body.metadata ?? {} },
+      body.acked_command_ids,
+    );
+    return { ...result, heartbeat_interval_ms: this.deps.heartbeatIntervalMs };
+  }
+
+  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunRecord> {
+    checkRunId(runId);
+    if (action === 'set-control-mode' && !controlMode) throw new ApiError('unprocessable', 'set-control-mode requires control_mode: agent_only | shared_control | human_override');
+    try {
+      return await this.deps.store.control(runId, action, controlMode, requestedBy);
+    } catch (err) {
+      if (err instanceof StoreError && (err.code === 'invalid_state' || err.code === 'run_finished')) {
+        const run = await this.deps.store.getRun(runId);
+        throw new ApiError('conflict', `cannot ${action} a run that is ${run?.status ?? 'gone'}`);
+      }
+      throw err;
+    }
+  }
+
+  async dispatched(runId: string, body: DispatchedBody): Promise<RunRecord> {
+    checkRunId(runId);
+    const { lease_id, ...payload } = body;
+    return this.deps.store.dispatch(runId, body.worker_id, lease_id, payload);
+  }
+
+  async relay(runId: string, body: RelayBody): Promise<{ run: RunRecord; last_seq: number }> {
+    checkRunId(runId);
+    const events = body.events ?? (body.event_type ? [{ event_type: body.event_type, source: body.source, payload: body.payload }] : []);
+    if (events.length === 0) throw new ApiError('unprocessable', 'send event_type (one event) or events (a batch)');
+    if (body.events && body.event_type) throw new ApiError('unprocessable', 'send either event_type or events, not both');
+    const endsAt = events.findIndex((e) => e.event_type === 'streaming-complete' || e.event_type === 'error');
+    if (endsAt >= 0 && endsAt !== events.length - 1) throw new ApiError('unprocessable', `${events[endsAt]!.event_type} ends the run, so it must be the last event of a batch`);
+    return this.deps.store.relay(runId, body.worker_id, body.lease_id, events);
+  }
+
+  /** Stops every active run in scope and cancels every unfinished team task in scope, through task cancel. */
+  async stopAll(workspaceId: string | undefined, requestedBy: string): Promise<{ workspace_id: string | null; stopped_run_ids: string[]; count: number; stopped_task_ids: string[] }> {
+    const [stoppedRuns, stoppedTasks] = await Promise.all([this.deps.store.stopAll(workspaceId, requestedBy), this.cancelTasks(workspaceId, requestedBy)]);
+    this.deps.logger.warn({ workspaceId: workspaceId ?? '*', runs: stoppedRuns.length, tasks: stoppedTasks.length, requestedBy }, 'stop-all');
+    return { workspace_id: workspaceId ?? null, stopped_run_ids: stoppedRuns, count: stoppedRuns.length, stopped_task_ids: stoppedTasks };
+  }
+
+  private async cancelTasks(workspaceId: string | undefined, requestedBy: string): Promise<string[]> {
+    const store = this.deps.store;
+    const workspaces = workspaceId ? [workspaceId] : await store.redis.smembers(store.keys.workspaces());
+    const cancelled: string[] = [];
+    await Promise.all(
+      workspaces.map(async (ws) => {
+        for (const taskId of await this.deps.tasks.activeTaskIds(ws)) {
+          if (await this.deps.tasks.cancelForOperator(taskId, `stop-all by ${requestedBy || 'operator'}`)) cancelled.push(taskId);
+        }
+      }),
+    );
+    return cancelled.sort();
+  }
+
+  async watch(runId: string, afterSeq: number): Promise<LogWatcher<RunEvent> | null> {
+    const run = await this.get(runId);
+    if (afterSeq > run.last_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_seq})`);
+    if (afterSeq === run.last_seq && TERMINAL_RUN_STATUSES.includes(run.status)) return null;
+    return this.deps.fanout.watch(this.deps.store.runLog(runId, run.workspace_id), afterSeq);
+  }
+
+  list(workspaceId: string, status?: RunRecord['status']): Promise<RunRecord[]> {
+    return this.deps.store.listRuns(workspaceId, status);
+  }
+}
+
+function checkRunId(runId: string): void {
+  if (!UUID.test(runId)) throw new ApiError('invalid_argument', `run_id must be a UUID, got "${runId.slice(0, 64)}"`);
+}

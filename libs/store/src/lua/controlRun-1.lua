@@ -1,0 +1,51 @@
+--[[
+  An operator's control action on one run. Guarded by the run's state: an action that does not fit is refused
+  and nothing changes. Bound runs get a command for their worker; unbound ones change at once.
+    pause   awaiting_worker|queued|running -> paused (an unbound run leaves the queue)
+    resume  paused -> the state it was paused from (an unbound run goes back to the front of the queue)
+    stop    any active state -> stopped
+    set-control-mode  any active state; control_mode changes
+  KEYS[1] <base>:workers
+  ARGV[1] base   ARGV[2] run id   ARGV[3] action   ARGV[4] control mode ('' unless set-control-mode)
+  ARGV[5] requested by   ARGV[6] command id   ARGV[7] max events   ARGV[8] channel   ARGV[9] retention seconds
+  Returns the run's new status; or -1 no such run, -2 run finished, -7 action does not fit the run's state.
+]]
+--@include run-log
+
+local runId, action, mode, requestedBy, commandId = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local maxLen, channel = ARGV[7], ARGV[8]
+local run = loadRun(runId)
+if not run then return -1 end
+if RUN_TERMINAL[run.status] then return -2 end
+local now = nowMs()
+local bound = run.worker_id ~= ''
+if action == 'stop' then
+  stopRun(run, commandId, requestedBy, now, maxLen, channel, tonumber(ARGV[9]))
+  return 'stopped'
+end
+
+local status = run.status
+if action == 'pause' then
+  if status == 'paused' then return -7 end
+  redis.call('HSET', runMeta(runId), 'status', 'paused', 'paused_from', status)
+  if not bound then redis.call('LREM', queueKey, 0, runId) end
+  status = 'paused'
+elseif action == 'resume' then
+  if status ~= 'paused' then return -7 end
+  status = run.paused_from
+  if not bound then
+    status = 'awaiting_worker'
+    redis.call('LPUSH', queueKey, runId)
+  end
+  redis.call('HSET', runMeta(runId), 'status', status, 'paused_from', '')
+elseif action == 'set-control-mode' then
+  redis.call('HSET', runMeta(runId), 'control_mode', mode)
+else
+  return -7
+end
+redis.call('HSET', runMeta(runId), 'updated_at', now)
+if bound then queueCommand(run, commandId, action, mode, requestedBy, now) end
+appendRunEvent(runId, maxLen, channel, 'run-control', 'backend', cjson.encode({
+  action = action, control_mode = mode ~= '' and mode or cjson.null, requested_by = requestedBy,
+  command_id = bound and commandId or cjson.null, status = status }))
+return status

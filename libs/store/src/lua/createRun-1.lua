@@ -1,0 +1,23 @@
+--[[
+  Creates a run in its workspace: status awaiting_worker at the back of the workspace queue, event run-created.
+  KEYS[1] <base>:workers (routing only)
+  ARGV[1] workspace base key   ARGV[2] run id   ARGV[3] run fields JSON (strings)   ARGV[4] active-run cap
+  ARGV[5] max events   ARGV[6] appended channel
+  Returns 1 created, -6 the workspace's active-run cap is reached.
+]]
+--@include run-log
+
+local runId, cap, maxLen, channel = ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+if redis.call('SCARD', activeKey) >= cap then return -6 end
+local now = nowMs()
+local fields = cjson.decode(ARGV[3])
+for k, v in pairs(fields) do redis.call('HSET', runMeta(runId), k, v) end
+redis.call('HSET', runMeta(runId), 'run_id', runId, 'status', 'awaiting_worker', 'control_mode', 'agent_only',
+  'conversation_ref', 'run-' .. runId, 'worker_id', '', 'vm_id', '', 'lease_id', '', 'turn_ref', '', 'attempts', 0,
+  'seq', 0, 'created_at', now, 'updated_at', now)
+redis.call('SADD', activeKey, runId)
+redis.call('ZADD', base .. ':runs', now, runId)
+redis.call('RPUSH', queueKey, runId)
+appendRunEvent(runId, maxLen, channel, 'run-created', 'backend',
+  cjson.encode({ workspace_id = fields.workspace_id, agent_id = fields.agent_id, requested_by = fields.requested_by }))
+return 1

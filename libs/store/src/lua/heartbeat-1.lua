@@ -1,0 +1,77 @@
+--[[
+  A worker's heartbeat, in one call: upsert the worker, renew the lease of the run it holds, expire the leases of
+  workers that went quiet, assign at most one run (FIFO) when the worker is ready or running and holds none, and
+  hand out its control commands.
+  Commands: with ack mode (ARGV[5] is a JSON list, possibly empty) acked commands are dropped and the rest are
+  redelivered until acked, so a lost response loses nothing; without it (ARGV[5] = '') each command is delivered
+  once, as the original API did.
+  A run assigned but not yet dispatched is sent again on every heartbeat, so a lost response cannot strand it.
+  KEYS[1] <base>:workers
+  ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, status, metadata)
+  ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
+  ARGV[6] max events   ARGV[7] appended channel   ARGV[8] retention seconds
+  Returns JSON { worker, assigned_run (or absent), control_commands, lost }.
+]]
+--@include run-log
+
+local incoming = cjson.decode(ARGV[2])
+local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local now = nowMs()
+local lost = expireLeases(now, maxAttempts, maxLen, channel, retention)
+
+local w = loadWorker(incoming.worker_id) or {}
+for k, v in pairs(incoming) do w[k] = v end
+w.last_heartbeat_at = now
+
+-- The run this worker holds, if it still holds one.
+local held = nil
+if w.run_id then
+  local run = loadRun(w.run_id)
+  if run and run.worker_id == w.worker_id and not RUN_TERMINAL[run.status] then
+    held = run
+    redis.call('ZADD', expiryKey, now + ttl, run.run_id)
+  else
+    w.run_id = nil
+  end
+end
+
+local assigned = nil
+if held and held.status == 'queued' then
+  assigned = held
+elseif not held and (w.status == 'ready' or w.status == 'running') then
+  while true do
+    local runId = redis.call('LPOP', queueKey)
+    if not runId then break end
+    local run = loadRun(runId)
+    if run and run.status == 'awaiting_worker' then
+      local leaseId = 'L' .. redis.call('HINCRBY', base .. ':leases', 'next', 1)
+      redis.call('HSET', runMeta(runId), 'status', 'queued', 'worker_id', w.worker_id, 'vm_id', w.vm_id or '',
+        'user_id', w.user_id or '', 'session_id', w.session_id or '', 'lease_id', leaseId, 'assigned_at', now, 'updated_at', now)
+      redis.call('ZADD', expiryKey, now + ttl, runId)
+      w.run_id = runId
+      appendRunEvent(runId, maxLen, channel, 'run-worker-assigned', 'backend',
+        cjson.encode({ worker_id = w.worker_id, vm_id = w.vm_id or '', lease_id = leaseId }))
+      assigned = loadRun(runId)
+      break
+    end
+    -- Stale entries (stopped or paused runs) are simply dropped from the queue.
+  end
+end
+redis.call('HSET', workersKey, w.worker_id, cjson.encode(w))
+
+local commands = {}
+local key = commandsKey(w.worker_id)
+if ARGV[5] == '' then
+  commands = redis.call('LRANGE', key, 0, -1)
+  redis.call('DEL', key)
+else
+  local acked = {}
+  for _, id in ipairs(cjson.decode(ARGV[5])) do acked[id] = true end
+  for _, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if acked[cjson.decode(raw).command_id] then redis.call('LREM', key, 1, raw) else table.insert(commands, raw) end
+  end
+end
+
+local out = { worker = w, commands = commands, lost = lost }
+if assigned then out.assigned_run = assigned end
+return cjson.encode(out)

@@ -1,0 +1,309 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { WatchableLog } from './event-fanout.ts';
+import { runScriptError, StoreError } from './errors.ts';
+import type { KeyBuilder } from './keys.ts';
+import { scriptsOf, type StoreScripts } from './scripts.ts';
+import type { StreamEntry } from './event-codec.ts';
+import {
+  TERMINAL_RUN_STATUSES,
+  type AssignedRun,
+  type ControlAction,
+  type ControlCommand,
+  type HeartbeatInput,
+  type NewRun,
+  type RelayedEvent,
+  type RunEvent,
+  type RunRecord,
+  type RunStatus,
+  type VmWorker,
+} from './run-types.ts';
+
+export interface RunStoreOptions {
+  redis: Redis;
+  keys: KeyBuilder;
+  retentionSec?: number;
+  maxEventsPerRun?: number;
+  /** A bound run whose worker has not heartbeated for this long goes back to the queue. */
+  workerTtlMs?: number;
+  /** Lost workers after which a run fails. */
+  maxAttempts?: number;
+}
+
+export interface HeartbeatResult {
+  worker: VmWorker;
+  assigned_run: AssignedRun | null;
+  control_commands: ControlCommand[];
+}
+
+const iso = (ms: string | number | undefined | null): string | null => (ms ? new Date(Number(ms)).toISOString() : null);
+const orNull = (s: string | undefined): string | null => (s ? s : null);
+/** Lua's cjson writes an empty list as {}: read lists defensively. */
+const list = <T>(v: unknown): T[] => (Array.isArray(v) ? (v as T[]) : []);
+
+/** The runs control plane's state: every write is one Lua script on the workspace's slot. */
+export class RunStore {
+  readonly keys: KeyBuilder;
+  readonly redis: Redis;
+  private readonly scripts: StoreScripts;
+  private readonly retentionSec: number;
+  private readonly maxEvents: number;
+  readonly workerTtlMs: number;
+  readonly maxAttempts: number;
+  /** run id → workspace; immutable, so cached (bounded). */
+  private readonly workspaceCache = new Map<string, string>();
+
+  constructor(opts: RunStoreOptions) {
+    this.redis = opts.redis;
+    this.keys = opts.keys;
+    this.scripts = scriptsOf(opts.redis);
+    this.retentionSec = opts.retentionSec ?? 7 * 24 * 3600;
+    this.maxEvents = opts.maxEventsPerRun ?? 100_000;
+    this.workerTtlMs = opts.workerTtlMs ?? 30_000;
+    this.maxAttempts = opts.maxAttempts ?? 3;
+  }
+
+  private route(workspaceId: string): [string, string] {
+    const base = this.keys.workspace(workspaceId);
+    return [`${base}:workers`, base];
+  }
+
+  async createRun(input: NewRun, cap: number, idempotencyKey?: string): Promise<{ run: RunRecord; events: RunEvent[]; created: boolean }> {
+    let runId: string = randomUUID();
+    if (idempotencyKey !== undefined) {
+      const idem = this.keys.runIdempotency(input.workspace_id, idempotencyKey);
+      if ((await this.redis.set(idem, runId, 'EX', this.retentionSec, 'NX')) === null) {
+        const existing = await this.redis.get(idem);
+        const run = existing ? await this.getRun(existing) : null;
+        if (run) return { run, events: (await this.readEvents(run.run_id, 0, 1000))?.events ?? [], created: false };
+        if (existing) runId = existing;
+      }
+    }
+    // The index first: a run must never exist without a way to find its workspace.
+    await this.redis.multi().set(this.keys.runIndex(runId), input.workspace_id).sadd(this.keys.workspaces(), input.workspace_id).exec();
+    const fields = {
+      workspace_id: input.workspace_id,
+      agent_id: input.agent_id,
+      query: input.query,
+      requested_by: input.requested_by,
+      files: JSON.stringify(input.files),
+      metadata: JSON.stringify(input.metadata),
+    };
+    const code = await this.scripts.createRun(...this.route(input.workspace_id), runId, JSON.stringify(fields), cap, this.maxEvents, this.keys.appendedChannel());
+    if (code < 0) {
+      await this.redis.del(this.keys.runIndex(runId));
+      if (idempotencyKey !== undefined) await this.redis.del(this.keys.runIdempotency(input.workspace_id, idempotencyKey));
+      throw runScriptError(code, 'create run');
+    }
+    const run = await this.getRun(runId);
+    if (!run) throw new Error(`run ${runId} vanished right after creation`);
+    return { run, events: (await this.readEvents(runId, 0, 1000))?.events ?? [], created: true };
+  }
+
+  async workspaceOf(runId: string): Promise<string | null> {
+    const cached = this.workspaceCache.get(runId);
+    if (cached) return cached;
+    const ws = await this.redis.get(this.keys.runIndex(runId));
+    if (ws) {
+      if (this.workspaceCache.size >= 10_000) this.workspaceCache.delete(this.workspaceCache.keys().next().value!);
+      this.workspaceCache.set(runId, ws);
+    }
+    return ws;
+  }
+
+  private metaKey(ws: string, runId: string): string {
+    return `${this.keys.workspace(ws)}:run:${runId}:meta`;
+  }
+
+  private eventsKey(ws: string, runId: string): string {
+    return `${this.keys.workspace(ws)}:run:${runId}:events`;
+  }
+
+  async getRun(runId: string): Promise<RunRecord | null> {
+    const ws = await this.workspaceOf(runId);
+    if (!ws) return null;
+    const meta = await this.redis.hgetall(this.metaKey(ws, runId));
+    return meta.run_id ? toRunRecord(meta) : null;
+  }
+
+  /** Runs of a workspace, newest first, optionally by status (active ones, or all that are still retained). */
+  async listRuns(workspaceId: string, status?: RunStatus): Promise<RunRecord[]> {
+    const base = this.keys.workspace(workspaceId);
+    const ids = await this.redis.zrevrange(`${base}:runs`, 0, 999);
+    const pipeline = this.redis.pipeline();
+    for (const id of ids) pipeline.hgetall(`${base}:run:${id}:meta`);
+    const metas = ((await pipeline.exec()) ?? []).map(([, m]) => m as Record<string, string>);
+    return metas.filter((m) => m.run_id).map(toRunRecord).filter((r) => !status || r.status === status);
+  }
+
+  async readEvents(runId: string, afterSeq: number, limit: number): Promise<{ workspace_id: string; events: RunEvent[] } | null> {
+    const ws = await this.workspaceOf(runId);
+    if (!ws) return null;
+    const replies = await this.redis.multi().hget(this.metaKey(ws, runId), 'run_id').xrange(this.eventsKey(ws, runId), `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
+    const [[e1, exists], [e2, entries]] = replies as [[Error | null, string | null], [Error | null, StreamEntry[]]];
+    if (e1 || e2) throw e1 ?? e2;
+    if (!exists) return null;
+    const events = entries.map(decodeRunEntry);
+    if (events.length > 0 && events[0]!.seq > afterSeq + 1) {
+      throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${events[0]!.seq})`);
+    }
+    return { workspace_id: ws, events };
+  }
+
+  runLog(runId: string, workspaceId: string): WatchableLog<RunEvent> {
+    return {
+      id: `run:${runId}`,
+      read: async (afterSeq, limit) => (await this.readEvents(runId, afterSeq, limit))?.events ?? null,
+      head: async () => Number((await this.redis.hget(this.metaKey(workspaceId, runId), 'seq')) ?? 0),
+      isTerminal: (e) => e.event_type === 'streaming-complete' || e.event_type === 'error' || (e.event_type === 'run-control' && (e.payload as { action?: string })?.action === 'stop'),
+    };
+  }
+
+  /**
+   * One heartbeat: one script call. `acked` switches the worker to acknowledged delivery (commands are
+   * redelivered until acked); without it each command is delivered once, as the original API did.
+   */
+  async heartbeat(input: HeartbeatInput, acked: string[] | undefined): Promise<HeartbeatResult> {
+    const raw = await this.scripts.heartbeat(
+      ...this.route(input.workspace_id),
+      JSON.stringify(input),
+      this.workerTtlMs,
+      this.maxAttempts,
+      acked === undefined ? '' : JSON.stringify(acked),
+      this.maxEvents,
+      this.keys.appendedChannel(),
+      this.retentionSec,
+    );
+    const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown };
+    return {
+      worker: toVmWorker(out.worker),
+      assigned_run: out.assigned_run ? toAssignedRun(out.assigned_run) : null,
+      control_commands: list<string>(out.commands).map((c) => toCommand(JSON.parse(c))),
+    };
+  }
+
+  async dispatch(runId: string, workerId: string, leaseId: string | undefined, payload: Record<string, unknown>): Promise<RunRecord> {
+    const ws = await this.requireWorkspace(runId);
+    const seq = await this.scripts.dispatchRun(...this.route(ws), runId, workerId, leaseId ?? '', JSON.stringify(payload), this.maxEvents, this.keys.appendedChannel());
+    if (seq < 0) throw runScriptError(seq, 'worker-dispatched');
+    return (await this.getRun(runId))!;
+  }
+
+  async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[]): Promise<{ run: RunRecord; last_seq: number }> {
+    const ws = await this.requireWorkspace(runId);
+    const encoded = events.map((e) => [e.event_type, e.source ?? 'worker', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
+    const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
+    if (seq < 0) throw runScriptError(seq, 'relay events');
+    return { run: (await this.getRun(runId))!, last_seq: seq };
+  }
+
+  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunRecord> {
+    const ws = await this.requireWorkspace(runId);
+    const result = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
+    if (typeof result === 'number' && result < 0) throw runScriptError(result, action);
+    return (await this.getRun(runId))!;
+  }
+
+  /** Stops every active run in one workspace, or in every workspace. */
+  async stopAll(workspaceId: string | undefined, requestedBy: string): Promise<string[]> {
+    const workspaces = workspaceId ? [workspaceId] : await this.redis.smembers(this.keys.workspaces());
+    const stopped = await Promise.all(
+      workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
+    );
+    return stopped.flatMap((ids) => list<string>(ids));
+  }
+
+  /** The lease sweeper's pass: every workspace, one script each. */
+  async expireLeases(): Promise<number> {
+    const workspaces = await this.redis.smembers(this.keys.workspaces());
+    const counts = await Promise.all(
+      workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
+    );
+    return counts.reduce((a, b) => a + b, 0);
+  }
+
+  private async requireWorkspace(runId: string): Promise<string> {
+    const ws = await this.workspaceOf(runId);
+    if (!ws) throw new StoreError('run_not_found', 'run not found');
+    return ws;
+  }
+}
+
+function errorText(payload: unknown): string {
+  if (payload && typeof payload === 'object') {
+    const p = payload as Record<string, unknown>;
+    for (const k of ['message', 'error', 'detail']) if (typeof p[k] === 'string') return (p[k] as string).slice(0, 1000);
+  }
+  return 'worker reported an error';
+}
+
+function decodeRunEntry([id, flat]: StreamEntry): RunEvent {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
+  return { seq: Number(id.slice(0, id.indexOf('-'))), timestamp: new Date(Number(f.ts)).toISOString(), event_type: f.t!, source: f.s ?? 'backend', payload: JSON.parse(f.p ?? '{}') };
+}
+
+function toRunRecord(m: Record<string, string>): RunRecord {
+  return {
+    run_id: m.run_id!,
+    workspace_id: m.workspace_id!,
+    agent_id: m.agent_id ?? '',
+    query: m.query ?? '',
+    requested_by: m.requested_by ?? '',
+    files: JSON.parse(m.files ?? '[]'),
+    metadata: JSON.parse(m.metadata ?? '{}'),
+    status: m.status as RunStatus,
+    control_mode: m.control_mode as RunRecord['control_mode'],
+    conversation_ref: m.conversation_ref!,
+    worker_id: orNull(m.worker_id),
+    vm_id: orNull(m.vm_id),
+    user_id: orNull(m.user_id),
+    session_id: orNull(m.session_id),
+    turn_ref: orNull(m.turn_ref),
+    attempts: Number(m.attempts ?? 0),
+    created_at: iso(m.created_at)!,
+    updated_at: iso(m.updated_at)!,
+    assigned_at: iso(m.assigned_at),
+    dispatched_at: iso(m.dispatched_at),
+    finished_at: iso(m.finished_at),
+    error: orNull(m.error),
+    last_seq: Number(m.seq ?? 0),
+  };
+}
+
+function toVmWorker(w: Record<string, unknown>): VmWorker {
+  const s = (k: string): string | null => (typeof w[k] === 'string' && w[k] !== '' ? (w[k] as string) : null);
+  return {
+    worker_id: w.worker_id as string,
+    workspace_id: w.workspace_id as string,
+    vm_id: s('vm_id'),
+    user_id: s('user_id'),
+    session_id: s('session_id'),
+    status: w.status as string,
+    metadata: w.metadata && typeof w.metadata === 'object' && !Array.isArray(w.metadata) ? (w.metadata as Record<string, unknown>) : {},
+    last_heartbeat_at: iso(w.last_heartbeat_at as number)!,
+    current_run_id: s('run_id'),
+  };
+}
+
+function toAssignedRun(m: Record<string, string>): AssignedRun {
+  return {
+    run_id: m.run_id!,
+    workspace_id: m.workspace_id!,
+    agent_id: m.agent_id ?? '',
+    conversation_ref: m.conversation_ref!,
+    query: m.query ?? '',
+    files: JSON.parse(m.files ?? '[]'),
+    metadata: JSON.parse(m.metadata ?? '{}'),
+    control_mode: m.control_mode as AssignedRun['control_mode'],
+    lease_id: m.lease_id!,
+  };
+}
+
+function toCommand(c: Record<string, unknown>): ControlCommand {
+  return { ...(c as unknown as ControlCommand), created_at: iso(c.created_at as number)! };
+}
+
+export function isTerminalRunStatus(status: RunStatus): boolean {
+  return TERMINAL_RUN_STATUSES.includes(status);
+}

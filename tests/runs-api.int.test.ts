@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TestStack } from './support/stack.ts';
+
+const RUNS_KEY = 'runs-test-key';
+let stack: TestStack;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_WORKER_TTL_MS: '600', RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+/** A seed-style VM worker: plain HTTP with the original's header, as a client written for WindieOS would. */
+async function call<T = Record<string, any>>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
+  const res = await fetch(`${stack.url}${path}`, {
+    method,
+    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: (text ? JSON.parse(text) : {}) as T };
+}
+
+describe('runs API: the original contract', () => {
+  it('walks a run through create, heartbeat assignment, dispatch, relayed events and completion', async () => {
+    const created = await call('POST', '/api/runs/', { workspace_id: 'ws-a', agent_id: 'agent-alpha', query: 'apply this internship job for me', requested_by: 'user_123', files: [], metadata: {} });
+    expect(created.status).toBe(200);
+    const run = created.body.run;
+    expect(run).toMatchObject({ status: 'awaiting_worker', control_mode: 'agent_only', conversation_ref: `run-${run.run_id}` });
+    expect(created.body.events.map((e: any) => [e.seq, e.event_type])).toEqual([[1, 'run-created']]);
+
+    expect((await call('POST', '/api/runs/', { workspace_id: 'ws-a', query: 'second' })).status).toBe(409);
+
+    const hb = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-a', worker_id: 'worker-1', vm_id: 'vm-1', user_id: 'vm-user-1', session_id: 'session-1', status: 'ready', metadata: {} });
+    expect(hb.status).toBe(200);
+    expect(hb.body.worker).toMatchObject({ worker_id: 'worker-1', workspace_id: 'ws-a', status: 'ready' });
+    expect(hb.body.assigned_run).toMatchObject({ run_id: run.run_id, query: 'apply this internship job for me', conversation_ref: `run-${run.run_id}`, control_mode: 'agent_only' });
+    expect(hb.body.control_commands).toEqual([]);
+    expect((await call('GET', `/api/runs/${run.run_id}`)).body.run.status).toBe('queued');
+
+    const dispatched = await call('POST', `/api/runs/${run.run_id}/worker-dispatched`, { worker_id: 'worker-1', user_id: 'vm-user-1', turn_ref: 'turn-1', conversation_ref: `run-${run.run_id}` });
+    expect(dispatched.status).toBe(200);
+    expect(dispatched.body.run).toMatchObject({ status: 'running', turn_ref: 'turn-1' });
+
+    expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', source: 'worker-stream', payload: { payload: {}, turn_ref: 'turn-1' } })).status).toBe(200);
+    const done = await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'streaming-complete', source: 'worker-stream', payload: {} });
+    expect(done.status).toBe(200);
+    expect(done.body.run.status).toBe('completed');
+
+    const events = await call('GET', `/api/runs/${run.run_id}/events?after_seq=2&limit=200`);
+    expect(events.body.events.map((e: any) => [e.seq, e.event_type, e.source])).toEqual([
+      [3, 'run-dispatched', 'worker'],
+      [4, 'tool-call', 'worker-stream'],
+      [5, 'streaming-complete', 'worker-stream'],
+    ]);
+    expect(events.body.next_after_seq).toBe(5);
+    // A finished run refuses control and relayed events, and changes nothing.
+    expect((await call('POST', `/api/runs/${run.run_id}/control`, { action: 'pause' })).status).toBe(409);
+    expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', payload: {} })).status).toBe(409);
+    expect((await call('GET', `/api/runs/${run.run_id}`)).body.run).toMatchObject({ status: 'completed', last_seq: 5 });
+  });
+
+  it('delivers controls once to legacy workers, and redelivers until acked to acking workers', async () => {
+    const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-b', query: 'work' });
+    const runId = body.run.run_id;
+    expect((await call('POST', `/api/runs/${runId}/control`, { action: 'set-control-mode' })).status).toBe(422);
+    await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'ready', acked_command_ids: [] });
+    await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'w' });
+    expect((await call('POST', `/api/runs/${runId}/control`, { action: 'pause', requested_by: 'u' })).body.run.status).toBe('paused');
+    expect((await call('POST', `/api/runs/${runId}/control`, { action: 'pause' })).status).toBe(409);
+    const first = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'running', acked_command_ids: [] });
+    expect(first.body.control_commands.map((c: any) => c.action)).toEqual(['pause']);
+    // The response was "lost": the same command comes again until acked.
+    const again = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'running', acked_command_ids: [] });
+    expect(again.body.control_commands.map((c: any) => c.command_id)).toEqual(first.body.control_commands.map((c: any) => c.command_id));
+    const acked = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'running', acked_command_ids: [first.body.control_commands[0].command_id] });
+    expect(acked.body.control_commands).toEqual([]);
+
+    expect((await call('POST', `/api/runs/${runId}/control`, { action: 'resume' })).body.run.status).toBe('running');
+    const legacy = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'running' });
+    expect(legacy.body.control_commands.map((c: any) => c.action)).toEqual(['resume']);
+    const legacyAgain = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-b', worker_id: 'w', status: 'running' });
+    expect(legacyAgain.body.control_commands).toEqual([]);
+  });
+
+  it('requeues the run of a worker that stopped heartbeating, fences the lost worker, and fails after max attempts', async () => {
+    const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-c', query: 'lease me' });
+    const runId = body.run.run_id;
+    const a = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'a', status: 'ready' });
+    expect(a.body.assigned_run.run_id).toBe(runId);
+    // Worker a goes quiet past RUNS_WORKER_TTL_MS (600 ms); the sweeper requeues its run.
+    await new Promise((r) => setTimeout(r, 1200));
+    expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker_id: null });
+    const b = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'b', status: 'ready' });
+    expect(b.body.assigned_run.run_id).toBe(runId);
+    expect(b.body.assigned_run.lease_id).not.toBe(a.body.assigned_run.lease_id);
+    // The lost worker can no longer dispatch or relay into the run.
+    expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'a' })).status).toBe(409);
+    expect((await call('POST', `/api/runs/${runId}/events`, { event_type: 'tool-call', worker_id: 'a' })).status).toBe(409);
+    const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
+    expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+
+    // b and then c go quiet too: the third loss (RUNS_MAX_ATTEMPTS 3) fails the run, with the reason in the log.
+    await new Promise((r) => setTimeout(r, 1200));
+    expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'c', status: 'ready' })).body.assigned_run.run_id).toBe(runId);
+    await new Promise((r) => setTimeout(r, 1200));
+    const failed = (await call('GET', `/api/runs/${runId}`)).body.run;
+    expect(failed).toMatchObject({ status: 'failed', attempts: 3, error: 'worker lost 3 times' });
+    const last = (await call('GET', `/api/runs/${runId}/events?after_seq=7`)).body.events.map((e: any) => [e.event_type, e.payload.reason ?? null]);
+    expect(last).toEqual([['run-worker-assigned', null], ['run-worker-lost', null], ['error', 'worker_lost']]);
+  });
+
+  it('answers 503 without a configured key and 401 with a wrong one', async () => {
+    expect((await call('GET', '/api/runs/00000000-0000-4000-8000-000000000000', undefined, { 'x-windie-runs-key': 'nope' })).status).toBe(401);
+    const bare = await fetch(`${stack.url}/api/runs/00000000-0000-4000-8000-000000000000`);
+    expect(bare.status).toBe(401);
+    expect((await call('GET', '/api/runs/00000000-0000-4000-8000-000000000000')).status).toBe(404);
+    const unconfigured = await stack.addGateway({ RUNS_API_KEY: '' });
+    const res = await fetch(`http://127.0.0.1:${unconfigured.port}/api/runs/workers/heartbeat`, { method: 'POST', headers: { 'x-windie-runs-key': RUNS_KEY } });
+    expect(res.status).toBe(503);
+  });
+});
