@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
-import { AgentServiceService, toProtoTeamEvent, type TeamEventProto, type WatchTeamRequest } from '@cadre/protocol';
+import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
@@ -19,8 +19,24 @@ export interface AgentServiceDeps {
  * event (roz's never ends). It waits for `drain` whenever write() returns false, so a slow client costs a
  * bounded buffer, not memory without end.
  */
+// Every watcher of a task is handed the same event object by the fan-out, so each event is encoded once and
+// its bytes are written to every stream: the WatchTeam response serializer passes encoded bytes through.
+const encoded = new WeakMap<TeamEvent, Buffer>();
+function encodeOnce(taskId: string, event: TeamEvent): Buffer {
+  let bytes = encoded.get(event);
+  if (!bytes) {
+    bytes = Buffer.from(TeamEventProto.encode(toProtoTeamEvent(taskId, event)).finish());
+    encoded.set(event, bytes);
+  }
+  return bytes;
+}
+const definition = {
+  ...AgentServiceService,
+  watchTeam: { ...AgentServiceService.watchTeam, responseSerialize: (bytes: Buffer): Buffer => bytes },
+};
+
 export function agentService(deps: AgentServiceDeps): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
-  const watchTeam = async (call: grpc.ServerWritableStream<WatchTeamRequest, TeamEventProto>): Promise<void> => {
+  const watchTeam = async (call: grpc.ServerWritableStream<WatchTeamRequest, Buffer>): Promise<void> => {
     deps.onWatchStart();
     let watcher: Awaited<ReturnType<TaskService['watch']>> = null;
     const stop = (): void => void watcher?.return();
@@ -33,7 +49,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       if (watcher) {
         for await (const event of watcher) {
           if (call.cancelled) break;
-          if (!call.write(toProtoTeamEvent(taskId, event))) await drainOrCancel(call);
+          if (!call.write(encodeOnce(taskId, event))) await drainOrCancel(call);
         }
       }
       if (!call.cancelled) call.end();
@@ -51,7 +67,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
     }
   };
   return {
-    definition: AgentServiceService as unknown as grpc.ServiceDefinition,
+    definition: definition as unknown as grpc.ServiceDefinition,
     implementation: { watchTeam } as unknown as grpc.UntypedServiceImplementation,
   };
 }

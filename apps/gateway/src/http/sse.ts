@@ -9,6 +9,17 @@ import { toApiError } from '../errors.ts';
  * shape as HTTP polling). The response ends after the terminal event. An early end (slow reader, shutdown)
  * sends an `error` event first; the browser's EventSource reconnects with Last-Event-ID and resumes.
  */
+// The fan-out hands every watcher the same event object: format each SSE frame once.
+const frames = new WeakMap<object, string>();
+function frameOf(event: { seq: number; event_type: string }): string {
+  let frame = frames.get(event);
+  if (frame === undefined) {
+    frame = `id: ${event.seq}\nevent: ${event.event_type}\ndata: ${JSON.stringify(event)}\n\n`;
+    frames.set(event, frame);
+  }
+  return frame;
+}
+
 export class SseSessions {
   private readonly open = new Set<FastifyReply>();
   private readonly keepAliveMs: number;
@@ -46,7 +57,7 @@ export class SseSessions {
       try {
         for await (const event of watcher) {
           if (res.destroyed) break;
-          const ok = res.write(`id: ${event.seq}\nevent: ${event.event_type}\ndata: ${JSON.stringify(event)}\n\n`);
+          const ok = res.write(frameOf(event));
           if (!ok) await once(res, 'drain');
         }
       } catch (err) {
