@@ -229,11 +229,14 @@ export class RunStore {
   }
 }
 
-function errorText(payload: unknown): string {
+/** The message of a relayed `error`: at the top of its payload, or inside the original's `{payload: {...}}` envelope. */
+function errorText(payload: unknown, depth = 0): string {
   if (payload && typeof payload === 'object') {
     const p = payload as Record<string, unknown>;
-    for (const k of ['message', 'error', 'detail']) if (typeof p[k] === 'string') return (p[k] as string).slice(0, 1000);
+    for (const k of ['message', 'error', 'detail']) if (typeof p[k] === 'string' && p[k] !== '') return (p[k] as string).slice(0, 1000);
+    if (depth === 0 && 'payload' in p) return errorText(p.payload, 1);
   }
+  if (depth === 1 && typeof payload === 'string' && payload !== '') return payload.slice(0, 1000);
   return 'worker reported an error';
 }
 

@@ -13,7 +13,8 @@ local run = loadRun(runId)
 if not run then return -1 end
 if RUN_TERMINAL[run.status] then return -2 end
 if (workerId ~= '' and run.worker_id ~= workerId) or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
-if run.status ~= 'running' and run.status ~= 'paused' then return -7 end
+-- Only a dispatched run takes relays: running, or paused while running (a run paused before dispatch has none).
+if run.status ~= 'running' and not (run.status == 'paused' and run.paused_from == 'running') then return -7 end
 local seq = 0
 local now = nowMs()
 for _, e in ipairs(cjson.decode(ARGV[5])) do
