@@ -1,0 +1,72 @@
+// What `npm start` prints once the gateway is ready: where everything is, and one example of each way in.
+
+export interface BannerInfo {
+  port: number;
+  host: string;
+  /** The key itself when the stack generated it; undefined when it came from CADRE_API_KEY (not echoed). */
+  devApiKey: string | undefined;
+  devApiKeyFile: string;
+  redis: { url: string; embedded: { pid: number; dataDir: string } | undefined };
+  model: { url: string; scripted: boolean };
+  workers: number;
+  workerConcurrency: number;
+  dataDir: string;
+}
+
+const TASK_BODY =
+  '{"workspace_id":"demo","goal":"Weigh two options","team":{"workers":[{"role":"researcher","instructions":"List the pros."},{"role":"critic","instructions":"List the cons."}]}}';
+
+/** How a local client reaches a server bound to `host`. */
+export function clientHost(host: string): string {
+  if (host === '127.0.0.1' || host === '0.0.0.0' || host === '::' || host === 'localhost' || host === '::1') return 'localhost';
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+export function renderBanner(info: BannerInfo): string {
+  const target = `${clientHost(info.host)}:${info.port}`;
+  const base = `http://${target}`;
+  const auth = `-H "authorization: Bearer $KEY"`;
+  const reach =
+    info.host === '127.0.0.1' || info.host === 'localhost' || info.host === '::1'
+      ? `listening on ${info.host} only, the dev default; set HOST=0.0.0.0 to accept other machines`
+      : `listening on ${info.host}`;
+  const key =
+    info.devApiKey !== undefined
+      ? `${info.devApiKey}  (dev key, kept in ${info.devApiKeyFile}; set CADRE_API_KEY to use your own)`
+      : 'from CADRE_API_KEY (not shown)';
+  const redis = info.redis.embedded
+    ? `${info.redis.url}  (private redis-server, pid ${info.redis.embedded.pid}, data in ${info.redis.embedded.dataDir})`
+    : `${info.redis.url}  (from REDIS_URL)`;
+  const model = info.model.scripted
+    ? `scripted model at ${info.model.url}  (set OPENAI_BASE_URL and OPENAI_API_KEY to use a real one)`
+    : `${info.model.url}  (from OPENAI_BASE_URL)`;
+  const exportKey = info.devApiKey !== undefined ? `export KEY=${info.devApiKey}` : 'export KEY="$CADRE_API_KEY"';
+  return [
+    '',
+    '  Cadre is up.',
+    '',
+    `  HTTP API      ${base}   (${reach})`,
+    `  gRPC target   ${target}   (plaintext HTTP/2, same port; roz.v1.AgentService, reflection on)`,
+    `  API key       ${key}`,
+    `  Redis         ${redis}`,
+    `  Model         ${model}`,
+    `  Workers       ${info.workers} process${info.workers === 1 ? '' : 'es'} x ${info.workerConcurrency} concurrent jobs  (WORKERS, WORKER_CONCURRENCY)`,
+    `  Data          ${info.dataDir}`,
+    '',
+    '  Try it (bash, from the repository; the create call keeps the new task id in $TASK):',
+    '',
+    `    ${exportKey}`,
+    `    TASK=$(curl -s -XPOST ${base}/api/tasks ${auth} -H 'content-type: application/json' \\`,
+    `      -d '${TASK_BODY}' | tee /dev/stderr | grep -o '"task_id":"[^"]*"' | cut -d'"' -f4); echo`,
+    `    curl -s ${base}/api/tasks/$TASK ${auth}`,
+    `    curl -s "${base}/api/tasks/$TASK/events?after_seq=0&limit=200" ${auth}`,
+    `    curl -N ${base}/api/tasks/$TASK/stream ${auth}`,
+    `    npx buf curl --protocol grpc --http2-prior-knowledge ${auth} \\`,
+    `      -d "{\\"task_id\\":\\"$TASK\\"}" ${base}/roz.v1.AgentService/WatchTeam`,
+    `    grpcurl -plaintext ${auth} -d "{\\"task_id\\":\\"$TASK\\"}" ${target} roz.v1.AgentService/WatchTeam`,
+    '',
+    '  Events: poll with after_seq = the last reply\'s next_after_seq; the stream and WatchTeam end after the task\'s last event.',
+    '  Ctrl-C (or SIGTERM) stops everything; a second Ctrl-C kills at once.',
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,32 @@
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { int, readConfig, str, url, type Env } from '@cadre/config';
+
+/** The repository root: children run with it as cwd, and the default data dir lives in it. */
+export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+/**
+ * The only reader of the environment for `npm start`. The whole environment is also passed through to the
+ * children (so every gateway/worker variable works here too); the fields below are the ones the stack itself
+ * decides on or fills in.
+ */
+export function stackConfig(env: Env) {
+  const config = readConfig(env, {
+    port: int('PORT', 8080, { min: 1, max: 65535 }),
+    // Dev default: only this machine can reach the stack. The gateway alone defaults to 0.0.0.0.
+    host: str('HOST', '127.0.0.1'),
+    redisUrl: url('REDIS_URL'),
+    openaiBaseUrl: url('OPENAI_BASE_URL'),
+    openaiApiKey: str('OPENAI_API_KEY'),
+    apiKey: str('CADRE_API_KEY'),
+    workers: int('WORKERS', 1, { min: 1, max: 64 }),
+    workerConcurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
+    logLevel: str('LOG_LEVEL', 'info'),
+    dataDir: str('CADRE_DATA_DIR', resolve(REPO_ROOT, '.cadre')),
+    readyTimeoutMs: int('CADRE_READY_TIMEOUT_MS', 20_000, { min: 1_000 }),
+    stopGraceMs: int('CADRE_STOP_GRACE_MS', 25_000, { min: 0 }),
+  });
+  return { ...config, dataDir: resolve(config.dataDir), passthroughEnv: { ...env } };
+}
+
+export type StackConfig = ReturnType<typeof stackConfig>;

@@ -1,0 +1,243 @@
+// `npm start`: the whole stack on embedded defaults (DESIGN "Embedded defaults"). Composition root:
+// config → Redis (REDIS_URL or a private redis-server) → model (OPENAI_BASE_URL or the scripted model in-process)
+// → API key → gateway and worker processes → wait for /readyz → banner; then supervise until a signal or a crash.
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ConfigError } from '@cadre/config';
+import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
+import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
+import { renderBanner } from './banner.ts';
+import { ServiceProcess, killAll, stopAll } from './children.ts';
+import { REPO_ROOT, stackConfig, type StackConfig } from './config.ts';
+import { loadOrCreateDevApiKey } from './dev-api-key.ts';
+import { loopbackFor, waitForReady } from './readiness.ts';
+
+/** Under `npm start` one Ctrl-C can reach us twice (from the terminal, and forwarded by npm): not a second press. */
+const REPEAT_SIGNAL_WINDOW_MS = 1_000;
+
+async function waitUntilGone(pid: number): Promise<void> {
+  for (;;) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return;
+    }
+    await sleep(20);
+  }
+}
+
+class Stack {
+  redis: EmbeddedRedis | undefined;
+  model: ScriptedModel | undefined;
+  readonly children: ServiceProcess[] = [];
+  readonly startup = new AbortController();
+  private pending: Promise<unknown> = Promise.resolve();
+  private redisRestart: Promise<unknown> = Promise.resolve();
+  private stopping: Promise<void> | undefined;
+  private firstSignalAt = 0;
+  private forced = false;
+  private readonly nameWidth: number;
+  private readonly config: StackConfig;
+
+  constructor(config: StackConfig) {
+    this.config = config;
+    this.nameWidth = Math.max('gateway'.length, `worker-${config.workers}`.length);
+  }
+
+  get isStopping(): boolean {
+    return this.stopping !== undefined;
+  }
+
+  say(message: string, to: NodeJS.WriteStream = process.stdout): void {
+    to.write(`${'stack'.padEnd(this.nameWidth)} | ${message}\n`);
+  }
+
+  /** Registers a resource the moment it has started, so a stop that begins meanwhile still stops it. */
+  adopt<T>(starting: Promise<T>, keep: (value: T) => void): Promise<T> {
+    const kept = starting.then((value) => {
+      keep(value);
+      return value;
+    });
+    this.pending = kept.catch(() => undefined);
+    return kept;
+  }
+
+  spawn(name: string, entry: string, env: Record<string, string | undefined>): ServiceProcess {
+    const child = new ServiceProcess({ name, entry, env, cwd: REPO_ROOT, nameWidth: this.nameWidth });
+    this.children.push(child);
+    this.say(`started ${name} (pid ${child.pid})`);
+    void child.exited.then(({ code, signal }) => {
+      const how = signal ? `signal ${signal}` : `code ${code}`;
+      if (this.isStopping) return this.say(`${name} exited (${how})`);
+      this.say(`${name} exited unexpectedly (${how}); stopping the stack`, process.stderr);
+      void this.stop(1);
+    });
+    return child;
+  }
+
+  onSignal(signal: NodeJS.Signals): void {
+    if (!this.isStopping) {
+      this.firstSignalAt = Date.now();
+      this.say(`${signal}: stopping (gateway and workers drain for up to ${this.config.stopGraceMs / 1000} s; Ctrl-C again to kill at once)`);
+      void this.stop(0);
+      return;
+    }
+    if (Date.now() - this.firstSignalAt < REPEAT_SIGNAL_WINDOW_MS) return;
+    this.say(`${signal} again: killing everything now`, process.stderr);
+    this.forced = true;
+    killAll(this.children);
+    this.redis?.kill('SIGKILL');
+    // Exit once they are gone (or after a second), so that nothing of ours outlives us.
+    const redisPid = this.redis?.pid;
+    const gone = Promise.all([...this.children.map((c) => c.exited), redisPid === undefined ? undefined : waitUntilGone(redisPid)]);
+    void Promise.race([gone, sleep(1_000)]).then(() => process.exit(130));
+  }
+
+  /**
+   * The private redis-server exited on its own. It shares our process group, so a Ctrl-C in the terminal stops it
+   * at the same moment as us; the gateway and workers could then not drain (hand back jobs, close streams) and
+   * would hang until killed. So: stop the stack if that is not already happening, and while children are still
+   * running, start Redis again (same port, same data) for them.
+   */
+  onRedisExit(details: object): void {
+    const output = (details as { output?: string }).output ?? '';
+    const tail = output.split('\n').slice(-2).join(' / ');
+    this.say(`redis-server exited (${tail || 'no output'})`, this.isStopping ? process.stdout : process.stderr);
+    if (!this.isStopping) {
+      this.say('stopping the stack', process.stderr);
+      void this.stop(1);
+    }
+    if (this.redis === undefined || this.children.every((c) => c.hasExited())) return;
+    this.say('restarting redis-server so that the gateway and workers can drain');
+    const redis = this.redis;
+    this.redisRestart = redis.restart().catch((err: unknown) => this.say(`could not restart redis-server: ${String(err)}`, process.stderr));
+  }
+
+  /** Children first (they drain against a live Redis and model), then the model, then Redis; then exit. */
+  stop(code: number): Promise<void> {
+    this.stopping ??= (async () => {
+      this.startup.abort();
+      await this.pending;
+      await stopAll(this.children, this.config.stopGraceMs, (c) =>
+        this.say(`${c.name} did not stop within ${this.config.stopGraceMs / 1000} s; killing it`, process.stderr),
+      );
+      await this.model?.close();
+      await this.redisRestart;
+      await this.redis?.stop();
+      const exitCode = this.forced ? 130 : code;
+      this.say(exitCode === 0 ? 'stopped' : `stopped (exit code ${exitCode})`);
+      process.exit(exitCode);
+    })();
+    return this.stopping;
+  }
+}
+
+async function run(stack: Stack, config: StackConfig): Promise<void> {
+  const redisUrl =
+    config.redisUrl ??
+    (
+      await stack.adopt(
+        startEmbeddedRedis({
+          dataDir: join(config.dataDir, 'redis'),
+          persist: true,
+          logger: {
+            info: (_o, msg) => stack.say(`redis: ${msg}`),
+            // The library warns only when the server exits without being asked to.
+            warn: (o) => stack.onRedisExit(o),
+          },
+        }),
+        (redis) => (stack.redis = redis),
+      )
+    ).url;
+  if (stack.isStopping) return;
+
+  let openaiBaseUrl = config.openaiBaseUrl;
+  let openaiApiKey = config.openaiApiKey;
+  if (openaiBaseUrl === undefined) {
+    const model = await stack.adopt(startScriptedModel({ port: 0 }), (m) => (stack.model = m));
+    openaiBaseUrl = model.url;
+    openaiApiKey = 'scripted';
+    stack.say(`scripted model listening on ${model.url}`);
+  }
+  if (stack.isStopping) return;
+
+  const keyFile = join(config.dataDir, 'dev-api-key');
+  const devKey = config.apiKey === undefined ? loadOrCreateDevApiKey(keyFile) : undefined;
+  if (devKey?.created) stack.say(`generated a dev API key in ${keyFile}`);
+  const apiKey = config.apiKey ?? devKey!.key;
+
+  const env: Record<string, string | undefined> = {
+    ...config.passthroughEnv,
+    REDIS_URL: redisUrl,
+    OPENAI_BASE_URL: openaiBaseUrl,
+    OPENAI_API_KEY: openaiApiKey,
+    CADRE_API_KEY: apiKey,
+    PORT: String(config.port),
+    HOST: config.host,
+    LOG_LEVEL: config.logLevel,
+    WORKER_CONCURRENCY: String(config.workerConcurrency),
+  };
+  stack.spawn('gateway', 'apps/gateway/src/main.ts', env);
+  for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', env);
+
+  const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
+  const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
+  if (outcome === 'aborted') return;
+  if (outcome === 'timeout') {
+    stack.say(`the gateway did not answer ${readyz} within ${config.readyTimeoutMs / 1000} s; stopping the stack`, process.stderr);
+    return void stack.stop(1);
+  }
+
+  process.stdout.write(
+    renderBanner({
+      port: config.port,
+      host: config.host,
+      devApiKey: devKey?.key,
+      devApiKeyFile: keyFile,
+      redis: { url: redisUrl, embedded: stack.redis && { pid: stack.redis.pid, dataDir: stack.redis.dataDir } },
+      model: { url: openaiBaseUrl, scripted: stack.model !== undefined },
+      workers: config.workers,
+      workerConcurrency: config.workerConcurrency,
+      dataDir: config.dataDir,
+    }),
+  );
+}
+
+let config: StackConfig;
+try {
+  config = stackConfig(process.env);
+  if (config.openaiBaseUrl !== undefined && config.openaiApiKey === undefined) {
+    throw new ConfigError(['OPENAI_API_KEY: required with OPENAI_BASE_URL (any value for a server that checks none)']);
+  }
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  process.exit(1);
+}
+
+const stack = new Stack(config);
+process.on('SIGINT', () => stack.onSignal('SIGINT'));
+process.on('SIGTERM', () => stack.onSignal('SIGTERM'));
+// A closed terminal or pipe must not crash the stack mid-shutdown (children would then be SIGKILLed).
+process.stdout.on('error', () => undefined);
+process.stderr.on('error', () => undefined);
+
+// `npm start` runs us under `sh -c`, and on SIGTERM npm signals only that shell, which dies without passing the
+// signal on. Being re-parented is how we learn of it: stop as if we had been sent SIGTERM.
+const parentAtStart = process.ppid;
+const watchParent = (): void => {
+  if (stack.isStopping) return;
+  if (process.ppid !== parentAtStart) {
+    stack.say(`parent process ${parentAtStart} went away (e.g. npm was sent SIGTERM); stopping`);
+    void stack.stop(0);
+    return;
+  }
+  setTimeout(watchParent, 500).unref();
+};
+watchParent();
+try {
+  await run(stack, config);
+} catch (err) {
+  if (err instanceof RedisServerNotFoundError) stack.say(err.message, process.stderr);
+  else stack.say(`failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`, process.stderr);
+  await stack.stop(1);
+}
