@@ -1,0 +1,124 @@
+// The runs API as a VM worker sees it: heartbeat, worker-dispatched, relayed events. Wire types come from the
+// store's run contract (type-only: nothing of the store runs here).
+import type { AssignedRun, ControlCommand, ControlMode, VmWorker } from '@cadre/store';
+
+export type { AssignedRun, ControlCommand, ControlMode };
+
+export interface HeartbeatRequest {
+  workspace_id: string;
+  worker_id: string;
+  vm_id: string;
+  user_id?: string;
+  session_id: string;
+  status: 'ready' | 'running' | 'stopping';
+  metadata: Record<string, unknown>;
+  /** Commands applied since the last successful heartbeat; unacked ones are redelivered. */
+  acked_command_ids: string[];
+}
+
+export interface HeartbeatResponse {
+  worker: VmWorker;
+  assigned_run: AssignedRun | null;
+  control_commands: ControlCommand[];
+  heartbeat_interval_ms: number;
+}
+
+export interface DispatchedRequest {
+  worker_id: string;
+  user_id?: string;
+  turn_ref: string;
+  conversation_ref: string;
+  lease_id: string;
+}
+
+export interface RelayedEvent {
+  event_type: string;
+  source: string;
+  payload: unknown;
+}
+
+/**
+ * `fenced`: 409/404, the run ended or this worker no longer holds it; `unavailable`: no answer or 5xx, worth
+ * retrying; `rejected`: any other 4xx, a bug or a configuration problem (retrying will not help).
+ */
+export type GatewayErrorCode = 'fenced' | 'unavailable' | 'rejected';
+
+export class GatewayError extends Error {
+  override name = 'GatewayError';
+  readonly code: GatewayErrorCode;
+  readonly status: number | null;
+
+  constructor(code: GatewayErrorCode, status: number | null, message: string) {
+    super(message);
+    this.code = code;
+    this.status = status;
+  }
+}
+
+export const isFenced = (err: unknown): boolean => err instanceof GatewayError && err.code === 'fenced';
+
+export interface GatewayClientOptions {
+  baseUrl: string;
+  runsKey: string;
+  /** Per request, until the whole answer arrived. */
+  requestTimeoutMs?: number;
+}
+
+export class GatewayClient {
+  private readonly baseUrl: string;
+  private readonly runsKey: string;
+  private readonly timeoutMs: number;
+
+  constructor(opts: GatewayClientOptions) {
+    this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
+    this.runsKey = opts.runsKey;
+    this.timeoutMs = opts.requestTimeoutMs ?? 10_000;
+  }
+
+  heartbeat(body: HeartbeatRequest, signal?: AbortSignal): Promise<HeartbeatResponse> {
+    return this.post<HeartbeatResponse>('/api/runs/workers/heartbeat', body, signal);
+  }
+
+  async dispatched(runId: string, body: DispatchedRequest): Promise<void> {
+    await this.post(`/api/runs/${encodeURIComponent(runId)}/worker-dispatched`, body);
+  }
+
+  /** Appends events to the run's log in order; the batch's last event may end the run. */
+  async relay(runId: string, workerId: string, leaseId: string, events: RelayedEvent[]): Promise<void> {
+    await this.post(`/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId });
+  }
+
+  private async post<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let res: Response;
+    let text: string;
+    try {
+      res = await fetch(`${this.baseUrl}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-windie-runs-key': this.runsKey },
+        body: JSON.stringify(body),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      text = await res.text();
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      const cause = (err as { cause?: { code?: string } }).cause?.code;
+      throw new GatewayError('unavailable', null, `POST ${path}: ${timeout.aborted ? `no answer within ${this.timeoutMs} ms` : (cause ?? (err as Error).message)}`);
+    }
+    if (res.ok) return (text ? JSON.parse(text) : {}) as T;
+    const detail = detailOf(text);
+    const message = `POST ${path}: HTTP ${res.status}${detail ? ` ${detail}` : ''}`;
+    if (res.status === 409 || res.status === 404) throw new GatewayError('fenced', res.status, message);
+    if (res.status >= 500 || res.status === 429 || res.status === 408) throw new GatewayError('unavailable', res.status, message);
+    throw new GatewayError('rejected', res.status, message);
+  }
+}
+
+function detailOf(text: string): string {
+  try {
+    const body = JSON.parse(text) as { detail?: unknown };
+    return typeof body.detail === 'string' ? body.detail.slice(0, 300) : '';
+  } catch {
+    return text.slice(0, 300);
+  }
+}
