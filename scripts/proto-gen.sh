@@ -10,10 +10,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" # buf.yaml, buf.gen.yaml and the plugin path are all relative to the repo root
 buf="$root/node_modules/.bin/buf"
 gen_dir="libs/protocol/src/gen"
+# The compiled FileDescriptorSet (with imports) that the gateway serves through gRPC reflection: buf's own
+# compiler output keeps real file names and import lists, which reflection clients need to link the schema.
+descriptor="libs/protocol/descriptors/roz.binpb"
 
 case "${1:-}" in
   gen)
     "$buf" generate
+    "$buf" build --as-file-descriptor-set -o "$descriptor"
     ;;
   check)
     "$buf" lint
@@ -23,6 +27,11 @@ case "${1:-}" in
     "$buf" generate --output "$tmp"
     if ! diff -ru "$gen_dir" "$tmp/$gen_dir"; then
       echo "proto:check: $gen_dir is out of date with proto/. Run 'npm run proto:gen' and commit the result." >&2
+      exit 1
+    fi
+    "$buf" build --as-file-descriptor-set -o "$tmp/roz.binpb"
+    if ! cmp -s "$descriptor" "$tmp/roz.binpb"; then
+      echo "proto:check: $descriptor is out of date with proto/. Run 'npm run proto:gen' and commit the result." >&2
       exit 1
     fi
     echo "proto:check: lint clean, generated code up to date."

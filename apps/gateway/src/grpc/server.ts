@@ -3,7 +3,10 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
+import { readFileSync } from 'node:fs';
+import { fromBinary, toBinary } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema, FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
+import { loadSync, type PackageDefinition } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath } from 'grpc-health-check';
 
@@ -14,8 +17,8 @@ export interface GrpcServiceRegistration {
 
 export interface GrpcServerOptions {
   services: GrpcServiceRegistration[];
-  /** Path to agent.proto for reflection; it must sit at <root>/roz/v1/agent.proto, as in this repo. */
-  protoPath?: string;
+  /** The compiled FileDescriptorSet reflection serves (default: libs/protocol/descriptors/roz.binpb). */
+  descriptorSetPath?: string;
   /** How long close() lets in-flight calls (e.g. open WatchTeam streams) finish before cutting them. */
   shutdownGraceMs?: number;
 }
@@ -28,8 +31,7 @@ export interface GrpcServerHandle {
   close(): Promise<void>;
 }
 
-const AGENT_PROTO_FILE = 'roz/v1/agent.proto';
-const REPO_PROTO_PATH = fileURLToPath(new URL(`../../../../proto/${AGENT_PROTO_FILE}`, import.meta.url));
+const DESCRIPTOR_SET = fileURLToPath(new URL('../../../../libs/protocol/descriptors/roz.binpb', import.meta.url));
 
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
   const server = new grpc.Server();
@@ -44,7 +46,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
     for (const name of healthNames) health.setStatus(name, status);
   };
 
-  new ReflectionService(loadReflectedProtos(opts.protoPath ?? REPO_PROTO_PATH)).addToServer(server);
+  new ReflectionService(reflectedFiles(opts.descriptorSetPath ?? DESCRIPTOR_SET)).addToServer(server);
 
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const graceMs = opts.shutdownGraceMs ?? 5_000;
@@ -57,13 +59,19 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
   };
 }
 
-/** Load agent.proto (and health.proto, so grpcurl can call Health without local files) by their
- * import-relative names, so reflection reports the same file names buf and protoc use. */
-function loadReflectedProtos(agentProtoPath: string) {
-  const agentRoot = path.resolve(path.dirname(agentProtoPath), '../..');
-  const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
-  // google/protobuf/timestamp.proto resolves from protobufjs's bundled well-known types.
-  return loadSync([AGENT_PROTO_FILE, 'health/v1/health.proto'], { includeDirs: [agentRoot, healthRoot] });
+/**
+ * What reflection serves: the FileDescriptorSet buf compiled from proto/ (npm run proto:gen), file by file with
+ * their real names and import lists, plus grpc.health.v1 so grpcurl can call Health without local files.
+ * (proto-loader's own descriptors regroup files by package and drop imports, which leaves clients such as
+ * `buf curl` unable to link roz.v1.AgentService to google.protobuf.Timestamp.)
+ */
+function reflectedFiles(descriptorSetPath: string): PackageDefinition {
+  const set = fromBinary(FileDescriptorSetSchema, readFileSync(descriptorSetPath));
+  const health = loadSync('health/v1/health.proto', { includeDirs: [path.resolve(path.dirname(healthProtoPath), '../..')] });
+  return {
+    ...health,
+    'cadre.reflection.roz': { fileDescriptorProtos: set.file.map((file) => toBinary(FileDescriptorProtoSchema, file)) },
+  } as unknown as PackageDefinition;
 }
 
 /** Full service name from any method path: '/roz.v1.AgentService/WatchTeam' → 'roz.v1.AgentService'. */
