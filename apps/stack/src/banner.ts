@@ -10,11 +10,17 @@ export interface BannerInfo {
   model: { url: string; scripted: boolean };
   workers: number;
   workerConcurrency: number;
+  vmAgents: number;
+  /** The runs API (x-windie-runs-key) takes the same key. */
+  runsKeyIsDevKey: boolean;
   dataDir: string;
 }
 
 const TASK_BODY =
   '{"workspace_id":"demo","goal":"Weigh two options","team":{"workers":[{"role":"researcher","instructions":"List the pros."},{"role":"critic","instructions":"List the cons."}]}}';
+
+const RUN_BODY =
+  '{"workspace_id":"default","agent_id":"demo","query":"Say hello [[scripted:call=shell({\\"command\\":\\"echo hello from the VM\\"})]]"}';
 
 /** How a local client reaches a server bound to `host`. */
 export function clientHost(host: string): string {
@@ -51,6 +57,8 @@ export function renderBanner(info: BannerInfo): string {
     `  Redis         ${redis}`,
     `  Model         ${model}`,
     `  Workers       ${info.workers} process${info.workers === 1 ? '' : 'es'} x ${info.workerConcurrency} concurrent jobs  (WORKERS, WORKER_CONCURRENCY)`,
+    `  VM agents     ${info.vmAgents} serving workspace "default"  (VM_AGENTS=0 turns them off)`,
+    `  Runs API      x-windie-runs-key: ${info.runsKeyIsDevKey ? 'the same key' : 'from RUNS_API_KEY'}`,
     `  Data          ${info.dataDir}`,
     '',
     '  Try it (bash, from the repository; the create call keeps the new task id in $TASK):',
@@ -64,6 +72,12 @@ export function renderBanner(info: BannerInfo): string {
     `    npx buf curl --protocol grpc --http2-prior-knowledge ${auth} \\`,
     `      -d "{\\"task_id\\":\\"$TASK\\"}" ${base}/roz.v1.AgentService/WatchTeam`,
     `    grpcurl -plaintext ${auth} -d "{\\"task_id\\":\\"$TASK\\"}" ${target} roz.v1.AgentService/WatchTeam`,
+    '',
+    '  A run for the VM agents (it runs a shell command in the agent\'s working directory):',
+    '',
+    `    RUN=$(curl -s -XPOST ${base}/api/runs/ -H "x-windie-runs-key: $KEY" -H 'content-type: application/json' \\`,
+    `      -d '${RUN_BODY}' | tee /dev/stderr | grep -o '"run_id":"[^"]*"' | head -1 | cut -d'"' -f4); echo`,
+    `    curl -s "${base}/api/runs/$RUN/events?after_seq=0" -H "x-windie-runs-key: $KEY"`,
     '',
     '  Events: poll with after_seq = the last reply\'s next_after_seq; the stream and WatchTeam end after the task\'s last event.',
     '  Ctrl-C (or SIGTERM) stops everything; a second Ctrl-C kills at once.',

@@ -20,6 +20,9 @@ export function stackConfig(env: Env) {
     openaiApiKey: str('OPENAI_API_KEY'),
     apiKey: str('CADRE_API_KEY'),
     workers: int('WORKERS', 1, { min: 1, max: 64 }),
+    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
+    /** vm-agent processes serving workspace `default` (0 turns them off). */
+    vmAgents: int('VM_AGENTS', 1, { min: 0, max: 16 }),
     workerConcurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
     logLevel: str('LOG_LEVEL', 'info'),
     dataDir: str('CADRE_DATA_DIR', resolve(REPO_ROOT, '.cadre')),

@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 // `npm start`: the whole stack on embedded defaults (DESIGN "Embedded defaults"). Composition root:
 // config → Redis (REDIS_URL or a private redis-server) → model (OPENAI_BASE_URL or the scripted model in-process)
 // → API key → gateway and worker processes → wait for /readyz → banner; then supervise until a signal or a crash.
@@ -172,6 +173,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     OPENAI_BASE_URL: openaiBaseUrl,
     OPENAI_API_KEY: openaiApiKey,
     CADRE_API_KEY: apiKey,
+    // The runs API shares the dev key unless one is given, so the banner's one key works everywhere.
+    RUNS_API_KEY: config.runsApiKey ?? apiKey,
     PORT: String(config.port),
     HOST: config.host,
     LOG_LEVEL: config.logLevel,
@@ -179,6 +182,15 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   };
   stack.spawn('gateway', 'apps/gateway/src/main.ts', env);
   for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', env);
+  for (let i = 1; i <= config.vmAgents; i++) {
+    stack.spawn(`vm-agent-${i}`, 'apps/vm-agent/src/main.ts', {
+      ...env,
+      CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
+      VM_AGENT_WORKSPACE_ID: env.VM_AGENT_WORKSPACE_ID ?? 'default',
+      VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,
+      VM_AGENT_WORKDIR: join(config.dataDir, `vm-agent-${i}`),
+    });
+  }
 
   const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
   const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
@@ -198,6 +210,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       model: { url: openaiBaseUrl, scripted: stack.model !== undefined },
       workers: config.workers,
       workerConcurrency: config.workerConcurrency,
+      vmAgents: config.vmAgents,
+      runsKeyIsDevKey: config.runsApiKey === undefined,
       dataDir: config.dataDir,
     }),
   );

@@ -78,8 +78,9 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     reply.status(404).send({ error: { code: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` } }),
   );
 
-  app.register(healthRoutes, deps);
-  app.register(taskRoutes, deps);
-  app.register(runRoutes, deps);
+  // Per-request logs only at warn and above: polling, SSE reconnects and heartbeats would drown the rest.
+  app.register(healthRoutes, { ...deps, logLevel: 'warn' });
+  app.register(taskRoutes, { ...deps, logLevel: 'warn' });
+  app.register(runRoutes, { ...deps, logLevel: 'warn' });
   return app;
 }
