@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
@@ -75,8 +77,23 @@ export class TestStack {
   }
 
   /** A worker as a real OS process (for kill -9). Resolves once it logged that it is ready. */
-  async spawnWorkerProcess(env: Record<string, string> = {}): Promise<ChildProcess> {
-    const child = spawn(process.execPath, ['apps/worker/src/main.ts'], {
+  spawnWorkerProcess(env: Record<string, string> = {}): Promise<ChildProcess> {
+    return this.spawnProcess('apps/worker/src/main.ts', 'worker pool ready', env);
+  }
+
+  /** A vm-agent as a real OS process serving `workspace`; resolves once it printed its start line. */
+  spawnVmAgent(workspace: string, workerId: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+    return this.spawnProcess('apps/vm-agent/src/main.ts', 'serving workspace', {
+      CADRE_GATEWAY_URL: this.url,
+      VM_AGENT_WORKSPACE_ID: workspace,
+      VM_AGENT_WORKER_ID: workerId,
+      VM_AGENT_WORKDIR: join(tmpdir(), `cadre-vm-${this.prefix}-${workerId}`),
+      ...env,
+    });
+  }
+
+  private async spawnProcess(entry: string, readyText: string, env: Record<string, string>): Promise<ChildProcess> {
+    const child = spawn(process.execPath, [entry], {
       cwd: REPO,
       env: { ...process.env, ...this.env, LOG_LEVEL: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -86,7 +103,7 @@ export class TestStack {
       let out = '';
       const onData = (chunk: Buffer): void => {
         out += chunk.toString();
-        if (out.includes('worker pool ready')) {
+        if (out.includes(readyText)) {
           child.stdout!.off('data', onData);
           child.stdout!.resume();
           resolve();
@@ -94,7 +111,7 @@ export class TestStack {
       };
       child.stdout!.on('data', onData);
       child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-      child.once('exit', (code) => reject(new Error(`worker process exited (${code}) before ready:\n${out}`)));
+      child.once('exit', (code) => reject(new Error(`${entry} exited (${code}) before ready:\n${out}`)));
     });
     return child;
   }

@@ -1,0 +1,60 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TestStack } from './support/stack.ts';
+
+// Real vm-agent processes against a real gateway: a VM that dies mid-run loses its lease and another VM finishes.
+const RUNS_KEY = 'fleet-key';
+let stack: TestStack;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1000' } });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${stack.url}${path}`, {
+    method,
+    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : {} };
+}
+
+async function waitForLog(runId: string, pred: (types: string[]) => boolean, timeoutMs = 20_000): Promise<any[]> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const events = (await call('GET', `/api/runs/${runId}/events?limit=1000`)).body.events as any[];
+    if (pred(events.map((e) => e.event_type))) return events;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`run ${runId}: condition not met in ${timeoutMs} ms`);
+}
+
+describe('VM fleet', () => {
+  it('reassigns the run of a kill -9ed vm-agent to another agent, which completes it', async () => {
+    const first = await stack.spawnVmAgent('fleet', 'vm-a');
+    const created = await call('POST', '/api/runs/', { workspace_id: 'fleet', agent_id: 'a', query: 'Slow work [[scripted:call=shell({"command":"sleep 2; echo done"})]]' });
+    const runId = created.body.run.run_id;
+    await waitForLog(runId, (t) => t.includes('tool-call'));
+    first.kill('SIGKILL');
+    const second = await stack.spawnVmAgent('fleet', 'vm-b');
+    try {
+      const events = await waitForLog(runId, (t) => t.includes('streaming-complete'));
+      expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+      const backend = events.filter((e) => e.source === 'backend').map((e) => e.event_type);
+      expect(backend).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+      const assigned = events.filter((e) => e.event_type === 'run-worker-assigned').map((e) => e.payload.worker_id);
+      expect(assigned).toEqual(['vm-a', 'vm-b']);
+      expect(events.find((e) => e.event_type === 'run-worker-lost').payload).toMatchObject({ worker_id: 'vm-a', attempts: 1 });
+      // Everything after the requeue came from vm-b's attempt, and it completed the run.
+      const requeued = events.findIndex((e) => e.event_type === 'run-requeued');
+      expect(events.slice(requeued + 1).filter((e) => e.event_type === 'run-dispatched').map((e) => e.payload.worker_id)).toEqual(['vm-b']);
+      expect(events.at(-1).event_type).toBe('streaming-complete');
+      expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'completed', worker_id: 'vm-b', attempts: 1 });
+    } finally {
+      second.kill('SIGKILL');
+    }
+  });
+});
