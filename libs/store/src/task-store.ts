@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TeamEventType, type TaskStatus, type TokenUsage } from '@cadre/protocol';
+import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { scriptError, StoreError } from './errors.ts';
@@ -310,4 +310,3 @@ function byRosterOrder(a: WorkerRecord, b: WorkerRecord): number {
 }
 const numberOf = (id: string): number => Number(/-(\d+)$/.exec(id)?.[1] ?? 0);
 
-export type { TeamEventType };

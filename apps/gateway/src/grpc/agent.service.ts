@@ -3,7 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
 import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
-import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
+import { grpcStatusOf, toApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 
 export interface AgentServiceDeps {
@@ -84,4 +84,3 @@ async function drainOrCancel(call: grpc.ServerWritableStream<unknown, unknown>):
   ac.abort();
 }
 
-export { ApiError };
