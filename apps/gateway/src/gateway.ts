@@ -26,10 +26,12 @@ export interface Gateway {
  */
 export async function startGateway(config: GatewayConfig & { redisUrl: string }, logger: Logger): Promise<Gateway> {
   const keys = new KeyBuilder(config.keyPrefix);
-  const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway');
+  const onRedisError = (err: Error): void => logger.warn({ err: err.message }, 'redis connection error');
+  const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
+  const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
-  const queue = new TeamQueue({ connection: redis, keys });
-  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub'), watcherBufferLimit: config.watcherBufferLimit });
+  const queue = new TeamQueue({ connection: bullConnection, keys });
+  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit });
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
@@ -96,7 +98,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       // Fastify closes only servers it listened on itself; this one was handed its connections.
       http.server.closeAllConnections();
       await queue.close();
-      await redis.quit().catch(() => undefined);
+      await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
     },
   };
 }

@@ -19,8 +19,9 @@ type PoolConfig = WorkerConfig & { redisUrl: string; openaiBaseUrl: string; open
 /** A BullMQ worker running agent jobs, plus the cancel listener and metrics endpoint around it. */
 export async function startWorkerPool(config: PoolConfig, logger: Logger): Promise<WorkerPool> {
   const keys = new KeyBuilder(config.keyPrefix);
-  const redis = connectRedis(config.redisUrl, 'cadre-worker');
-  const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel');
+  const onRedisError = (err: Error): void => logger.warn({ err: err.message }, 'redis connection error');
+  const redis = connectRedis(config.redisUrl, 'cadre-worker', { onError: onRedisError });
+  const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const queue = new TeamQueue({ connection: redis, keys });
   const cancels = new CancelRegistry();
