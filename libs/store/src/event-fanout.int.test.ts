@@ -65,8 +65,13 @@ describe('EventFanout', () => {
     const first = await stalled.next();
     expect((first.value as TeamEvent).seq).toBe(1);
     const healthyDone = collect(healthy, 2 + 60);
+    const failures: Error[] = [];
+    stalled.onFailure((err) => failures.push(err));
     for (let turn = 1; turn <= 60; turn++) await phase(taskId, turn);
     expect(await healthyDone).toHaveLength(62);
+    // The stalled watcher was told and let go at once, before its reader came back.
+    expect(failures).toHaveLength(1);
+    expect(fanout.watcherCount()).toBe(0);
 
     let error: unknown;
     try {
@@ -81,5 +86,22 @@ describe('EventFanout', () => {
     // Resuming from the reported cursor yields the rest with no gap.
     const resumed = await fanout.watch(store.taskLog(taskId), resumeFrom);
     expect(await collect(resumed, 62 - resumeFrom)).toEqual(Array.from({ length: 62 - resumeFrom }, (_, i) => resumeFrom + 1 + i));
+  });
+
+  it('pages through a history longer than a page, on a finished log, and ends', async () => {
+    const paged = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), pageSize: 5, safetyPollMs: 60_000 });
+    await paged.start();
+    try {
+      const taskId = await liveTask();
+      for (let turn = 1; turn <= 20; turn++) await phase(taskId, turn);
+      await store.finishWorker(taskId, 'lead', 'lease', { outcome: 'completed', result: 'r', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }, { status: 'completed', result: 'r', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+      for (const after of [0, 3, 12]) {
+        const seqs: number[] = [];
+        for await (const e of await paged.watch(store.taskLog(taskId), after)) seqs.push(e.seq);
+        expect(seqs).toEqual(Array.from({ length: 25 - after }, (_, i) => after + 1 + i));
+      }
+    } finally {
+      await paged.close();
+    }
   });
 });

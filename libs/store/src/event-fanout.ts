@@ -12,6 +12,8 @@ export interface WatchableLog<E extends LoggedEvent> {
   id: string;
   /** Events with seq > afterSeq, at most `limit`; null when the log is gone; throws cursor_expired. */
   read(afterSeq: number, limit: number): Promise<E[] | null>;
+  /** The tail's read of entries it was just told about: no existence or retention checks, one command. */
+  readLive?(afterSeq: number, limit: number): Promise<E[]>;
   /** The last seq appended. */
   head(): Promise<number>;
   /** The event after which readers are done. */
@@ -110,7 +112,7 @@ export class EventFanout {
     // the two could be missed by both.
     await tail.ready;
     const owner = tail;
-    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, this.bufferLimit, this.pageSize, () => owner.remove(watcher));
+    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher));
     tail.watchers.add(watcher);
     return watcher;
   }
@@ -130,6 +132,10 @@ export class EventFanout {
 class LogTail<E extends LoggedEvent> {
   readonly watchers = new Set<LogWatcher<E>>();
   readonly ready: Promise<void>;
+  /** The last seq this tail has read (or found at start): the log holds at least this much. */
+  get head(): number {
+    return this.cursor;
+  }
   private cursor = 0;
   private isReady = false;
   private reading = false;
@@ -170,7 +176,7 @@ class LogTail<E extends LoggedEvent> {
         let page: E[];
         do {
           this.fanout.countTailRead();
-          page = (await this.log.read(this.cursor, this.fanout.pageSize)) ?? [];
+          page = (await (this.log.readLive ?? this.log.read).call(this.log, this.cursor, this.fanout.pageSize)) ?? [];
           for (const event of page) {
             this.cursor = event.seq;
             for (const w of this.watchers) w.push(event);
@@ -228,9 +234,10 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   /** The highest seq the tail has pushed: the log holds at least this much. */
   private knownHead = 0;
 
-  constructor(log: WatchableLog<E>, afterSeq: number, bufferLimit: number, pageSize: number, unregister: () => void) {
+  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void) {
     this.log = log;
     this.lastSeq = afterSeq;
+    this.knownHead = head;
     this.bufferLimit = bufferLimit;
     this.pageSize = pageSize;
     this.unregister = unregister;
@@ -256,11 +263,29 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
 
   /** @internal */
   fail(error: Error): void {
-    if (this.done) return;
+    if (this.done || this.error) return;
     this.error = error;
     this.live = [];
     this.page = [];
+    // Stop receiving pushes now, not when the (slow) reader gets round to reading the error.
+    this.unregister();
     this.wakeReader?.();
+    for (const listener of this.failureListeners) listener(error);
+  }
+
+  private readonly failureListeners = new Set<(error: Error) => void>();
+
+  /**
+   * Calls `listener` if the watch is closed early (overflow, shutdown) — also while its reader is blocked
+   * elsewhere, e.g. waiting for a slow client's `drain`. Returns a function that removes the listener.
+   */
+  onFailure(listener: (error: Error) => void): () => void {
+    if (this.error) {
+      listener(this.error);
+      return () => undefined;
+    }
+    this.failureListeners.add(listener);
+    return () => this.failureListeners.delete(listener);
   }
 
   async next(): Promise<IteratorResult<E>> {
@@ -286,9 +311,10 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
           return { done: true, value: undefined };
         }
         this.page = page;
-        // Appends are atomic, so the log always has what the tail pushed; an empty page means nothing is
-        // pending (guards against spinning on a stale head).
-        if (this.page.length === 0) this.knownHead = this.lastSeq;
+        // A full page may have more behind it. Appends are atomic, so the log always has what the tail pushed;
+        // an empty page means nothing is pending (guards against spinning on a stale head).
+        if (page.length === this.pageSize) this.knownHead = Math.max(this.knownHead, page.at(-1)!.seq + 1);
+        if (page.length === 0) this.knownHead = this.lastSeq;
         continue;
       }
       await this.waitForPush();
@@ -318,7 +344,8 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     this.done = true;
     this.live = [];
     this.page = [];
-    this.unregister();
+    if (!this.error) this.unregister();
+    this.failureListeners.clear();
   }
 
   async return(): Promise<IteratorResult<E>> {

@@ -45,7 +45,7 @@ export function defineScripts(redis: Redis): void {
 export type ScriptArg = string | number;
 export interface StoreScripts {
   createTask(...args: ScriptArg[]): Promise<number>;
-  claimWorker(...args: ScriptArg[]): Promise<[number, number]>;
+  claimWorker(...args: ScriptArg[]): Promise<[number, number, string?, string?]>;
   appendWorkerEvent(...args: ScriptArg[]): Promise<number>;
   finishWorker(...args: ScriptArg[]): Promise<number>;
   addWorkers(...args: ScriptArg[]): Promise<number>;

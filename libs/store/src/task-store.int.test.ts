@@ -29,11 +29,14 @@ async function newTask(): Promise<string> {
 describe('fencing by lease', () => {
   it('refuses every write from an attempt whose lease was taken over, and leaves the log untouched', async () => {
     const taskId = await newTask();
-    expect(await store.claimWorker(taskId, 'writer-1', 'lease-A', 'host-a')).toEqual({ kind: 'started', attempt: 1 });
+    const first = await store.claimWorker(taskId, 'writer-1', 'lease-A', 'host-a');
+    expect(first).toMatchObject({ kind: 'started', attempt: 1, worker: { worker_id: 'writer-1', role: 'writer', status: 'running' } });
+    // The claim hands the job its task context, so it needs no further reads.
+    expect(first.task).toEqual({ task_id: taskId, workspace_id: 'w', goal: 'g', mode: 'named', team, roster_size: 2 });
     await store.appendWorkerEvent(taskId, 'writer-1', 'lease-A', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
 
     // Lease A's lock expired; another process took the job with lease B.
-    expect(await store.claimWorker(taskId, 'writer-1', 'lease-B', 'host-b')).toEqual({ kind: 'started', attempt: 2 });
+    expect(await store.claimWorker(taskId, 'writer-1', 'lease-B', 'host-b')).toMatchObject({ kind: 'started', attempt: 2 });
     const before = await store.readEvents(taskId, 0, 100);
 
     const stale = [

@@ -5,7 +5,7 @@ import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { scriptError, StoreError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
-import { LEAD_WORKER_ID, type NewTask, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
+import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, type StreamEntry } from './event-codec.ts';
 
 export interface TaskStoreOptions {
@@ -17,10 +17,12 @@ export interface TaskStoreOptions {
   maxEventsPerTask?: number;
 }
 
-export type ClaimResult =
-  | { kind: 'started'; attempt: number }
-  | { kind: 'resumed'; attempt: number }
-  | { kind: 'held'; attempt: number };
+export interface ClaimResult {
+  kind: 'started' | 'resumed' | 'held';
+  attempt: number;
+  worker: WorkerRecord;
+  task: TaskContext;
+}
 
 export type WorkerOutcome =
   | { outcome: 'completed'; result: string; usage: TokenUsage }
@@ -100,13 +102,25 @@ export class TaskStore {
       this.maxEvents,
       this.keys.appendedChannel(),
     );
-    if (created === 1) {
-      await this.countStatus('queued');
-      await this.redis.multi().sadd(this.keys.workspaceTasks(input.workspace_id), taskId).sadd(this.keys.workspaces(), input.workspace_id).exec();
+    if (created === 0) {
+      // Created by an earlier request that died before answering (idempotent retry): read what it wrote.
+      const task = await this.getTask(taskId);
+      if (!task) throw new Error(`task ${taskId} vanished right after creation`);
+      return { task, created: false };
     }
-    const task = await this.getTask(taskId);
-    if (!task) throw new Error(`task ${taskId} vanished right after creation`);
-    return { task, created: created === 1 };
+    await this.redis
+      .pipeline()
+      .hincrby(this.keys.taskStats(), 'queued', 1)
+      .sadd(this.keys.workspaceTasks(input.workspace_id), taskId)
+      .sadd(this.keys.workspaces(), input.workspace_id)
+      .exec();
+    const now = new Date(created).toISOString();
+    const task: TaskRecord = {
+      task_id: taskId, workspace_id: input.workspace_id, goal: input.goal, status: 'queued', mode, team: input.team, metadata: input.metadata,
+      created_at: now, updated_at: now, started_at: null, finished_at: null, result: null, failure_reason: null, usage: null, last_seq: 1,
+      workers: roster.map((w) => ({ worker_id: w.worker_id, role: w.role, status: 'pending', attempt: 0, host_id: null, result: null, failure_reason: null, usage: null })),
+    };
+    return { task, created: true };
   }
 
   async getTask(taskId: string): Promise<TaskRecord | null> {
@@ -135,13 +149,17 @@ export class TaskStore {
   }
 
   async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
-    const [code, attempt] = await this.scripts.claimWorker(
+    const [code, attempt, worker, context] = await this.scripts.claimWorker(
       ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.appendedChannel(),
     );
-    if (code === 1) return { kind: 'started', attempt };
-    if (code === 2) return { kind: 'resumed', attempt };
-    if (code === 3) return { kind: 'held', attempt };
-    throw scriptError(code, `claim ${workerId}`);
+    if (code < 0) throw scriptError(code, `claim ${workerId}`);
+    const task = JSON.parse(context!) as Omit<TaskContext, 'team'> & { team: string };
+    return {
+      kind: code === 1 ? 'started' : code === 2 ? 'resumed' : 'held',
+      attempt,
+      worker: parseWorker(worker!),
+      task: { ...task, team: JSON.parse(task.team) as TaskContext['team'] },
+    };
   }
 
   /** worker_phase / worker_tool_call, written only while `lease` holds the worker's attempt. */
@@ -225,6 +243,7 @@ export class TaskStore {
     return {
       id: taskId,
       read: async (afterSeq, limit) => (await this.readEvents(taskId, afterSeq, limit))?.events ?? null,
+      readLive: async (afterSeq, limit) => ((await this.redis.xrange(this.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeEntry),
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
       isTerminal: (event) => isTerminalTeamEvent(event.event_type),
     };

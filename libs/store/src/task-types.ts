@@ -67,3 +67,14 @@ export interface TaskRecord {
 }
 
 export const LEAD_WORKER_ID = 'lead';
+
+/** What an agent job needs of its task, handed back by the claim (no further reads). */
+export interface TaskContext {
+  task_id: string;
+  workspace_id: string;
+  goal: string;
+  mode: TeamMode;
+  team: TeamSpec;
+  /** Roster entries so far (the lead included): where spawned workers' numbers start. */
+  roster_size: number;
+}

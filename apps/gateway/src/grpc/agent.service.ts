@@ -1,6 +1,6 @@
-import { once } from 'node:events';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
+import type { LogWatcher } from '@cadre/store';
 import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
@@ -49,7 +49,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       if (watcher) {
         for await (const event of watcher) {
           if (call.cancelled) break;
-          if (!call.write(encodeOnce(taskId, event))) await drainOrCancel(call);
+          if (!call.write(encodeOnce(taskId, event))) await writable(call, watcher);
         }
       }
       if (!call.cancelled) call.end();
@@ -77,10 +77,21 @@ function metadataValue(metadata: grpc.Metadata, key: string): string | undefined
   return typeof value === 'string' ? value : undefined;
 }
 
-async function drainOrCancel(call: grpc.ServerWritableStream<unknown, unknown>): Promise<void> {
-  const ac = new AbortController();
-  const cancelled = once(call, 'cancelled', { signal: ac.signal }).catch(() => undefined);
-  await Promise.race([once(call, 'drain', { signal: ac.signal }).catch(() => undefined), cancelled]);
-  ac.abort();
+/**
+ * Waits until the client has taken what was written (`drain`), the call is cancelled, or the watcher is closed
+ * early (e.g. it fell too far behind while we waited): then the loop goes on and ends the call.
+ */
+function writable(call: grpc.ServerWritableStream<unknown, unknown>, watcher: LogWatcher<TeamEvent>): Promise<void> {
+  return new Promise((resolve) => {
+    let stopWatching = (): void => undefined;
+    const done = (): void => {
+      call.off('drain', done);
+      call.off('cancelled', done);
+      stopWatching();
+      resolve();
+    };
+    call.on('drain', done);
+    call.on('cancelled', done);
+    stopWatching = watcher.onFailure(done);
+  });
 }
-

@@ -1,4 +1,4 @@
-import { once } from 'node:events';
+import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '@cadre/observability';
 import type { LoggedEvent, LogWatcher } from '@cadre/store';
@@ -58,7 +58,7 @@ export class SseSessions {
         for await (const event of watcher) {
           if (res.destroyed) break;
           const ok = res.write(frameOf(event));
-          if (!ok) await once(res, 'drain');
+          if (!ok) await drained(res, watcher);
         }
       } catch (err) {
         const api = toApiError(err);
@@ -74,4 +74,20 @@ export class SseSessions {
       }
     })();
   }
+}
+
+/** Waits for the client to take what was written, the connection to close, or the watch to be closed early. */
+function drained(res: ServerResponse, watcher: LogWatcher<LoggedEvent>): Promise<void> {
+  return new Promise((resolve) => {
+    let stopWatching = (): void => undefined;
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      stopWatching();
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+    stopWatching = watcher.onFailure(done);
+  });
 }

@@ -9,6 +9,8 @@ import {
   StoreError,
   agentJobId,
   type AgentJobData,
+  type ClaimResult,
+  type TaskContext,
   type TaskRecord,
   type TaskStore,
   type TeamQueue,
@@ -71,8 +73,9 @@ export class AgentJobProcessor {
     const log = this.deps.logger.child({ taskId, workerId, jobId: job.id });
     const started = performance.now();
 
+    let claim: ClaimResult;
     try {
-      await this.deps.store.claimWorker(taskId, workerId, token, this.deps.hostId);
+      claim = await this.deps.store.claimWorker(taskId, workerId, token, this.deps.hostId);
     } catch (err) {
       // The task was cancelled or finished, or this worker already finished (a crash after its last write):
       // nothing is left to do for this job.
@@ -82,10 +85,7 @@ export class AgentJobProcessor {
       }
       throw err;
     }
-    const task = await this.deps.store.getTask(taskId);
-    const worker = task && (await this.deps.store.getWorker(taskId, workerId));
-    if (!task || !worker) return { workerId, status: 'skipped' };
-
+    const { task, worker } = claim;
     const ac = this.deps.cancels.register(taskId);
     this.running.set(job.id!, ac);
     try {
@@ -100,18 +100,18 @@ export class AgentJobProcessor {
     }
   };
 
-  private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskRecord, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+  private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
     const outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal);
     return this.finish(job, lease, task, worker, outcome, undefined);
   }
 
-  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskRecord, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
     if (job.data.step === 'plan') {
-      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.workers.length, defaultModel: lead.model });
+      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.roster_size, defaultModel: lead.model });
       const outcome = await this.runLoop(task, lead, lease, [tool], `Team goal: ${task.goal}`, ac.signal);
       if (!outcome.ok || spawned.length === 0) {
         // The lead answered alone (or failed): its answer is the task's.
-        return this.finish(job, lease, task, lead, outcome, outcome);
+        return this.finish(job, lease, task, lead, outcome, { usage: outcome.usage });
       }
       await this.deps.store.addWorkers(task.task_id, lease, spawned);
       await this.deps.queue.queue.addBulk(
@@ -132,24 +132,26 @@ export class AgentJobProcessor {
   }
 
   /** The lead turns its workers' results into the task's result. */
-  private async synthesize(job: Job<AgentJobData>, lease: string, task: TaskRecord, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
-    const fresh = (await this.deps.store.getTask(task.task_id)) ?? task;
-    const workers = fresh.workers.filter((w) => w.worker_id !== LEAD_WORKER_ID);
+  private async synthesize(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+    const roster: TaskRecord | null = await this.deps.store.getTask(task.task_id);
+    const workers = (roster?.workers ?? []).filter((w) => w.worker_id !== LEAD_WORKER_ID);
+    // The task's usage is the team's: every worker's plus the lead's.
+    const workersUsage = workers.reduce((sum, w) => addUsage(sum, w.usage), ZERO);
     const done = workers.filter((w) => w.status === 'completed');
     if (done.length === 0) {
       const reason = workers.length === 0 ? 'the team has no workers' : 'every worker failed';
       const outcome: AgentOutcome = { ok: false, reason: 'tool_error', message: reason, usage: ZERO, turns: 0 };
-      return this.finish(job, lease, fresh, lead, outcome, outcome);
+      return this.finish(job, lease, task, lead, outcome, { usage: workersUsage });
     }
     const report = workers
       .map((w) => `- ${w.worker_id} (${w.role}): ${w.status === 'completed' ? w.result : `failed (${w.failure_reason})`}`)
       .join('\n');
     const input = `Team goal: ${task.goal}\n\nCombine your workers' results into the team's answer.\nWorker results:\n${report}`;
-    const outcome = await this.runLoop(fresh, lead, lease, [], input, ac.signal);
-    return this.finish(job, lease, fresh, lead, outcome, outcome);
+    const outcome = await this.runLoop(task, lead, lease, [], input, ac.signal);
+    return this.finish(job, lease, task, lead, outcome, { usage: addUsage(workersUsage, outcome.usage) });
   }
 
-  private runLoop(task: TaskRecord, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal): Promise<AgentOutcome> {
+  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal): Promise<AgentOutcome> {
     const { store } = this.deps;
     const hooks: AgentHooks = {
       onTurn: async (turn) => {
@@ -172,12 +174,12 @@ export class AgentJobProcessor {
    * Records the attempt's outcome (and, for the lead, the task's). A failed worker fails its job without retry:
    * the model already had its retries, and the lead carries on with the others' results.
    */
-  private async finish(job: Job<AgentJobData>, lease: string, task: TaskRecord, worker: WorkerRecord, outcome: AgentOutcome, taskOutcome: AgentOutcome | undefined): Promise<AgentJobResult> {
-    const isLead = taskOutcome !== undefined;
+  /** `team` is given for the lead: its outcome is the task's, with the team's total usage. */
+  private async finish(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, outcome: AgentOutcome, team: { usage: TokenUsage } | undefined): Promise<AgentJobResult> {
+    const isLead = team !== undefined;
     if (outcome.ok) {
-      const usage = isLead ? (await this.teamUsage(task.task_id, outcome.usage)) : outcome.usage;
       await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'completed', result: outcome.result, usage: outcome.usage },
-        isLead ? { status: 'completed', result: outcome.result, usage } : undefined);
+        isLead ? { status: 'completed', result: outcome.result, usage: team.usage } : undefined);
       return { workerId: worker.worker_id, status: 'completed', result: outcome.result };
     }
     if (outcome.reason === 'cancelled') throw new AbortedError();
@@ -185,13 +187,6 @@ export class AgentJobProcessor {
       isLead ? { status: 'failed', reason: `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined);
     this.deps.logger.warn({ taskId: task.task_id, workerId: worker.worker_id, jobId: job.id, reason: outcome.reason, message: outcome.message }, 'agent failed');
     throw new UnrecoverableError(`${outcome.reason}: ${outcome.message}`);
-  }
-
-  private async teamUsage(taskId: string, leadUsage: TokenUsage): Promise<TokenUsage> {
-    const task = await this.deps.store.getTask(taskId);
-    let total = leadUsage;
-    for (const w of task?.workers ?? []) total = addUsage(total, w.usage);
-    return total;
   }
 
   /** A loop that stopped before its outcome could be recorded: decide from why it stopped. */

@@ -7,7 +7,7 @@
   ARGV[4] task_queued payload JSON
   ARGV[5] max events kept per task
   ARGV[6] appended channel
-  Returns 1 when created, 0 when the task already existed (nothing written).
+  Returns the creation time (ms) when created, 0 when the task already existed (nothing written).
 ]]
 --@include task-log
 
@@ -20,4 +20,4 @@ for k, v in pairs(fields) do redis.call('HSET', metaKey, k, v) end
 redis.call('HSET', metaKey, 'status', 'queued', 'seq', 0, 'created_at', now, 'updated_at', now)
 for _, w in ipairs(cjson.decode(ARGV[3])) do saveWorker(w) end
 appendEvent(taskId, maxLen, channel, 'task_queued', '', 0, ARGV[4])
-return 1
+return now

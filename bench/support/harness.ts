@@ -1,0 +1,206 @@
+// What every bench needs: a private redis-server, the real gateway as a child process, gRPC watchers, and the
+// task store to write a task's log directly. Loopback only; everything started here is stopped here.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import { pino } from 'pino';
+import { startEmbeddedRedis, findFreePort, type EmbeddedRedis } from '@cadre/embedded-redis';
+import { AgentServiceClient, type TeamEventProto } from '@cadre/protocol';
+import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
+import { sleep, until } from './latency.ts';
+
+/** USER_HZ: 100 on every Linux this runs on. */
+const CLOCK_TICKS = 100;
+
+export const BENCH_API_KEY = 'bench-key-all-workspaces';
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export const silentLogger = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'silent' });
+
+export async function startPrivateRedis(): Promise<EmbeddedRedis> {
+  return startEmbeddedRedis();
+}
+
+/** The store a bench writes through, on a connection of its own. */
+export function benchStore(redisUrl: string, prefix: string): TaskStore {
+  return new TaskStore({ redis: connectRedis(redisUrl, 'bench-store'), keys: new KeyBuilder(prefix) });
+}
+
+export const newPrefix = (): string => `bench${randomUUID().slice(0, 6)}`;
+
+/** A live task with one named worker whose attempt the bench holds, so it may append that worker's events. */
+export interface LiveTask {
+  taskId: string;
+  workerId: string;
+  lease: string;
+  /** Seq of the last event appended so far (task_queued, worker_started). */
+  lastSeq: number;
+}
+
+export async function createLiveTask(store: TaskStore, goal = 'bench'): Promise<LiveTask> {
+  const { task } = await store.createTask({
+    workspace_id: 'bench',
+    goal,
+    team: { lead: { instructions: 'lead' }, workers: [{ role: 'bench', instructions: 'append events', tools: [] }], max_workers: 1 },
+    metadata: {},
+  });
+  const workerId = workerIdFor('bench', 1);
+  const lease = randomUUID();
+  await store.claimWorker(task.task_id, workerId, lease, 'bench-host');
+  const fresh = await store.getTask(task.task_id);
+  return { taskId: task.task_id, workerId, lease, lastSeq: fresh!.last_seq };
+}
+
+/** Ends the task (worker completed, then task_completed), which ends every WatchTeam stream on it. */
+export async function finishLiveTask(store: TaskStore, t: LiveTask): Promise<void> {
+  const usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  await store.finishWorker(t.taskId, t.workerId, t.lease, { outcome: 'completed', result: 'done', usage }, { status: 'completed', result: 'done', usage });
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The gateway as a real OS process (apps/gateway/src/main.ts), so its RSS and its CPU are its own.
+
+export interface GatewayProcess {
+  pid: number;
+  port: number;
+  url: string;
+  target: string;
+  /** Samples without labels (beyond the default `app`) from its /metrics (e.g. cadre_watchers, cadre_fanout_tail_reads_total). */
+  metrics(): Promise<Record<string, number>>;
+  /** VmRSS and VmHWM (peak) in MB, from /proc. */
+  rss(): { rssMb: number; peakMb: number };
+  /** CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat. */
+  cpuSeconds(): number;
+  /** The last few KB of its stdout and stderr. */
+  output(): string;
+  /** Full GCs seen so far, when started with --trace-gc: heap in use after each (live) and heap committed. */
+  fullGcs(): { liveMb: number; committedMb: number }[];
+  stop(): Promise<void>;
+}
+
+/** `nodeArgs` go before the script (e.g. --trace-gc, --cpu-prof when looking into a figure). */
+export async function spawnGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<GatewayProcess> {
+  const port = await findFreePort('127.0.0.1');
+  // process.execPath: the Node 24 that runs this bench (npm exec puts it first on PATH), not the system node.
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, 'apps/gateway/src/main.ts'], {
+    cwd: REPO,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'warn', CADRE_API_KEY: BENCH_API_KEY, HOST: '127.0.0.1', PORT: String(port), CADRE_SHUTDOWN_GRACE_MS: '500', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  let partial = '';
+  const fullGcs: { liveMb: number; committedMb: number }[] = [];
+  const keep = (c: Buffer): void => {
+    const text = c.toString();
+    output = (output + text).slice(-4000);
+    const lines = (partial + text).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      // --trace-gc: "Mark-Compact 96.6 (215.0) -> 45.8 (202.0) MB" = used (committed) before -> after.
+      const m = /Mark-Compact [\d.]+ \([\d.]+\) -> ([\d.]+) \(([\d.]+)\) MB/.exec(line);
+      if (m) fullGcs.push({ liveMb: Number(m[1]), committedMb: Number(m[2]) });
+    }
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await until(async () => {
+      if (child.exitCode !== null) throw new Error(`gateway exited (${child.exitCode}) during start-up:\n${output}`);
+      return fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    }, 'the gateway to be ready', 20_000, 100);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  const pid = child.pid!;
+  return {
+    pid,
+    port,
+    url,
+    target: `127.0.0.1:${port}`,
+    async metrics() {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      const out: Record<string, number> = {};
+      for (const line of text.split('\n')) {
+        // `name{app="gateway"} 12`: the registry's default label alone counts as unlabelled.
+        const m = /^([a-z_:][a-z0-9_:]*)(?:\{app="[^"]*"\})? (\S+)$/i.exec(line);
+        if (m) out[m[1]!] = Number(m[2]);
+      }
+      return out;
+    },
+    rss() {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+      return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 };
+    },
+    cpuSeconds() {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // Fields after the command name (which may hold spaces): utime and stime are the 14th and 15th overall.
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS;
+    },
+    output: () => output,
+    fullGcs: () => fullGcs,
+    async stop() {
+      if (child.exitCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// WatchTeam watchers over real grpc-js channels.
+
+/** `n` separate client channels (each its own HTTP/2 connection: no shared subchannel pool). */
+export function grpcChannels(target: string, n: number): AgentServiceClient[] {
+  return Array.from({ length: n }, (_, i) =>
+    new AgentServiceClient(target, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1, 'grpc.primary_user_agent': `bench-${i}` }),
+  );
+}
+
+export interface WatchEnd {
+  code: grpc.status;
+  details: string;
+  received: number;
+}
+
+export interface Watch {
+  call: grpc.ClientReadableStream<TeamEventProto>;
+  received: number;
+  /** True once the stream has ended, whatever its status. */
+  closed: boolean;
+  /** Settles with the stream's final status, OK or not. */
+  ended: Promise<WatchEnd>;
+}
+
+export function openWatch(client: AgentServiceClient, taskId: string, afterSeq: number, onEvent: (e: TeamEventProto) => void = () => undefined): Watch {
+  const metadata = new grpc.Metadata();
+  metadata.set('authorization', `Bearer ${BENCH_API_KEY}`);
+  const call = client.watchTeam({ taskId, afterSeq }, metadata);
+  const watch: Watch = { call, received: 0, closed: false, ended: undefined as unknown as Promise<WatchEnd> };
+  watch.ended = new Promise((resolve) => {
+    call.on('data', (e: TeamEventProto) => {
+      watch.received++;
+      onEvent(e);
+    });
+    call.on('error', () => undefined); // the status event below carries the code
+    call.on('status', (s: grpc.StatusObject) => {
+      watch.closed = true;
+      resolve({ code: s.code, details: s.details, received: watch.received });
+    });
+  });
+  return watch;
+}
+
+export function closeChannels(clients: AgentServiceClient[]): void {
+  for (const c of clients) c.close();
+}
+
+/** Gives grpc-js and ioredis a moment to flush before a process exits. */
+export const settle = (): Promise<void> => sleep(50);
