@@ -51,6 +51,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
+  new Counter({ name: 'cadre_events_appended_total', help: 'Events appended to any task or run log (heard on the appended channel since start)', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
   new Gauge({
     name: 'cadre_tasks', help: 'Tasks that reached each status (cluster-wide)', labelNames: ['status'], registers: [metrics],

@@ -62,6 +62,8 @@ export class EventFanout {
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
+  /** Appends announced on the channel, to any log, since start: every gateway hears them all. */
+  appendsSeen = 0;
 
   constructor(opts: FanoutOptions) {
     this.keys = opts.keys;
@@ -73,6 +75,7 @@ export class EventFanout {
 
   async start(): Promise<void> {
     this.subscriber.on('message', (_channel: string, message: string) => {
+      this.appendsSeen++;
       const space = message.indexOf(' ');
       this.tails.get(message.slice(0, space))?.wake(Number(message.slice(space + 1)));
     });
