@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 const RUNS_KEY = 'runs-test-key';
@@ -12,15 +13,7 @@ afterAll(async () => {
 });
 
 /** A seed-style VM worker: plain HTTP with the original's header, as a client written for WindieOS would. */
-async function call<T = Record<string, any>>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
-  const res = await fetch(`${stack.url}${path}`, {
-    method,
-    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: (text ? JSON.parse(text) : {}) as T };
-}
+const call = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) => runsCall(stack.url, RUNS_KEY, method, path, body, headers);
 
 describe('runs API: the original contract', () => {
   it('walks a run through create, heartbeat assignment, dispatch, relayed events and completion', async () => {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous } from '@cadre/testing';
+import { assertContiguous, runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // The runs API as its users see it: a seed-style VM worker and an operator, both plain HTTP with the original's
@@ -22,17 +22,8 @@ afterAll(async () => {
 
 type Res = { status: number; body: Record<string, any> };
 
-/** Plain HTTP as a client written for the original would send it; a header given as null is left out. */
-async function call(method: string, path: string, body?: unknown, headers: Record<string, string | null> = {}, base = stack.url): Promise<Res> {
-  const all: Record<string, string | null> = { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers };
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: Object.fromEntries(Object.entries(all).filter((e): e is [string, string] => e[1] !== null)),
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : {} };
-}
+const call = (method: string, path: string, body?: unknown, headers: Record<string, string | null> = {}, base = stack.url): Promise<Res> =>
+  runsCall(base, RUNS_KEY, method, path, body, headers);
 
 const newWs = (): string => `ws-${randomUUID().slice(0, 8)}`;
 const UNKNOWN = '00000000-0000-4000-8000-000000000000';

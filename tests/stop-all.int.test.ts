@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // The emergency stop across two workspaces that each have runs in every active state and running team tasks.
@@ -18,15 +18,7 @@ afterAll(async () => {
 
 type Res = { status: number; body: Record<string, any> };
 
-async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Res> {
-  const res = await fetch(`${stack.url}${path}`, {
-    method,
-    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : {} };
-}
+const call = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Res> => runsCall(stack.url, RUNS_KEY, method, path, body, headers);
 
 const tasks = () => httpClient(stack.url, TEST_API_KEY);
 

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // Real vm-agent processes against a real gateway: a VM that dies mid-run loses its lease and another VM finishes.
@@ -12,15 +13,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${stack.url}${path}`, {
-    method,
-    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : {} };
-}
+const call = (method: string, path: string, body?: unknown) => runsCall(stack.url, RUNS_KEY, method, path, body);
 
 async function waitForLog(runId: string, pred: (types: string[]) => boolean, timeoutMs = 20_000): Promise<any[]> {
   const deadline = Date.now() + timeoutMs;

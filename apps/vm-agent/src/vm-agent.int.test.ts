@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runsCall } from '@cadre/testing';
 import { TestStack } from '../../../tests/support/stack.ts';
 
 // A real vm-agent OS process against a real gateway, Redis and scripted model.
@@ -25,15 +26,7 @@ interface RunEvent {
   payload: any;
 }
 
-async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${stack.url}${path}`, {
-    method,
-    headers: { 'x-windie-runs-key': RUNS_KEY, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : {} };
-}
+const call = (method: string, path: string, body?: unknown) => runsCall(stack.url, RUNS_KEY, method, path, body);
 
 async function createRun(query: string): Promise<string> {
   const res = await call('POST', '/api/runs/', { workspace_id: 'default', query, requested_by: 'int-test' });

@@ -84,3 +84,21 @@ export function assertContiguous(seqs: number[], from = 1): void {
     if (seq !== from + i) throw new Error(`seq gap or duplicate at index ${i}: expected ${from + i}, got ${seq} (all: ${seqs.join(',')})`);
   });
 }
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read JSON of many shapes
+export type RunsResponse = { status: number; body: Record<string, any> };
+
+/**
+ * Plain HTTP to the runs API as a client written for the original sends it (`x-windie-runs-key`); a header given
+ * as null is left out.
+ */
+export async function runsCall(baseUrl: string, key: string, method: string, path: string, body?: unknown, headers: Record<string, string | null> = {}): Promise<RunsResponse> {
+  const all: Record<string, string | null> = { 'x-windie-runs-key': key, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers };
+  const res = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers: Object.fromEntries(Object.entries(all).filter((e): e is [string, string] => e[1] !== null)),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : {} };
+}

@@ -1,10 +1,10 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
-import type { LogWatcher } from '@cadre/store';
 import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
+import { writable } from '../streams/writable.ts';
 
 export interface AgentServiceDeps {
   auth: Authenticator;
@@ -49,7 +49,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       if (watcher) {
         for await (const event of watcher) {
           if (call.cancelled) break;
-          if (!call.write(encodeOnce(taskId, event))) await writable(call, watcher);
+          if (!call.write(encodeOnce(taskId, event))) await writable(call, 'cancelled', watcher);
         }
       }
       if (!call.cancelled) call.end();
@@ -75,23 +75,4 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
 function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
   const value = metadata.get(key)[0];
   return typeof value === 'string' ? value : undefined;
-}
-
-/**
- * Waits until the client has taken what was written (`drain`), the call is cancelled, or the watcher is closed
- * early (e.g. it fell too far behind while we waited): then the loop goes on and ends the call.
- */
-function writable(call: grpc.ServerWritableStream<unknown, unknown>, watcher: LogWatcher<TeamEvent>): Promise<void> {
-  return new Promise((resolve) => {
-    let stopWatching = (): void => undefined;
-    const done = (): void => {
-      call.off('drain', done);
-      call.off('cancelled', done);
-      stopWatching();
-      resolve();
-    };
-    call.on('drain', done);
-    call.on('cancelled', done);
-    stopWatching = watcher.onFailure(done);
-  });
 }

@@ -1,8 +1,8 @@
-import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '@cadre/observability';
 import type { LoggedEvent, LogWatcher } from '@cadre/store';
 import { toApiError } from '../errors.ts';
+import { writable } from '../streams/writable.ts';
 
 /**
  * Server-sent events for one watcher: `id:` is the seq, `event:` the event type, `data:` the event JSON (the same
@@ -58,7 +58,7 @@ export class SseSessions {
         for await (const event of watcher) {
           if (res.destroyed) break;
           const ok = res.write(frameOf(event));
-          if (!ok) await drained(res, watcher);
+          if (!ok) await writable(res, 'close', watcher);
         }
       } catch (err) {
         const api = toApiError(err);
@@ -74,20 +74,4 @@ export class SseSessions {
       }
     })();
   }
-}
-
-/** Waits for the client to take what was written, the connection to close, or the watch to be closed early. */
-function drained(res: ServerResponse, watcher: LogWatcher<LoggedEvent>): Promise<void> {
-  return new Promise((resolve) => {
-    let stopWatching = (): void => undefined;
-    const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
-      stopWatching();
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-    stopWatching = watcher.onFailure(done);
-  });
 }
