@@ -36,9 +36,9 @@ async function until<T>(what: string, probe: () => T | undefined | Promise<T | u
 it('npm start runs the whole stack on embedded defaults and stops all of it on SIGTERM', async () => {
   const port = await findFreePort();
   const dataDir = mkdtempSync(join(tmpdir(), 'cadre-stack-'));
-  const env: Record<string, string | undefined> = { ...process.env, PORT: String(port), CADRE_DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+  const env: Record<string, string | undefined> = { ...process.env, PORT: String(port), CADRE_DATA_DIR: dataDir, LOG_LEVEL: 'warn', RUNS_HEARTBEAT_INTERVAL_MS: '200' };
   // Embedded defaults only: nothing from the developer's shell may point the stack elsewhere.
-  for (const name of ['REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'HOST', 'WORKERS']) delete env[name];
+  for (const name of ['REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'HOST', 'WORKERS', 'VM_AGENTS']) delete env[name];
 
   const stack = spawn(process.execPath, ['apps/stack/src/main.ts'], { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
@@ -54,10 +54,10 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     }, 30_000, out);
     const key = /export KEY=(\S+)/.exec(output)?.[1];
     const redisPid = Number(/private redis-server, pid (\d+)/.exec(output)?.[1]);
-    const childPids = [...output.matchAll(/started (?:gateway|worker-\d+) \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    const childPids = [...output.matchAll(/started (?:gateway|worker-\d+|vm-agent-\d+) \(pid (\d+)\)/g)].map((m) => Number(m[1]));
     expect(key).toBeDefined();
     expect(redisPid).toBeGreaterThan(0);
-    expect(childPids).toHaveLength(2);
+    expect(childPids).toHaveLength(3);
     expect(statSync(join(dataDir, 'dev-api-key')).mode & 0o777).toBe(0o600);
 
     const base = `http://127.0.0.1:${port}`;
@@ -80,6 +80,17 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
     const task = (await (await fetch(`${base}/api/tasks/${taskId}`, { headers })).json()) as { task: { status: string } };
     expect(task.task.status).toBe('completed');
+
+    // The stack's vm-agent serves workspace `default` with the same dev key on the runs API.
+    const runsHeaders = { 'x-windie-runs-key': key!, 'content-type': 'application/json' };
+    const run = await fetch(`${base}/api/runs/`, { method: 'POST', headers: runsHeaders, body: JSON.stringify({ workspace_id: 'default', query: 'Say hello' }) });
+    expect(run.status).toBe(200);
+    const runId = ((await run.json()) as { run: { run_id: string } }).run.run_id;
+    const finished = await until('the run to complete', async () => {
+      const res = (await (await fetch(`${base}/api/runs/${runId}`, { headers: runsHeaders })).json()) as { run: { status: string; worker_id: string } };
+      return res.run.status === 'completed' ? res.run : undefined;
+    }, 20_000, out);
+    expect(finished.worker_id).toMatch(/-1$/);
 
     stack.kill('SIGTERM');
     const code = await Promise.race([exited, sleep(30_000).then(() => 'still running')]);
