@@ -142,6 +142,7 @@ class LogTail<E extends LoggedEvent> {
   private cursor = 0;
   private isReady = false;
   private reading = false;
+  private scheduled = false;
   private again = false;
   private ended = false;
   private poll: NodeJS.Timeout | undefined;
@@ -164,11 +165,16 @@ class LogTail<E extends LoggedEvent> {
 
   wake(seq: number): void {
     if (this.ended || seq <= this.cursor) return;
-    if (this.reading || !this.isReady) {
+    if (this.reading || this.scheduled || !this.isReady) {
       this.again = true;
       return;
     }
-    void this.read();
+    // Read on the next turn: notifications parsed from the same socket read coalesce into one XRANGE.
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.read();
+    });
   }
 
   private async read(): Promise<void> {

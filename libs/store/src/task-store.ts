@@ -177,8 +177,11 @@ export class TaskStore {
     return seq;
   }
 
-  /** Ends the attempt holding `lease` (or, with lease '', a lost attempt); with `task`, ends the task too. */
-  async finishWorker(taskId: string, workerId: string, lease: string, outcome: WorkerOutcome, task?: TaskOutcome): Promise<number> {
+  /**
+   * Ends the attempt holding `lease` (or, with lease '', a lost attempt); with `task`, ends the task too.
+   * `workspaceId`, when the caller knows it, saves a read of it at the task's end.
+   */
+  async finishWorker(taskId: string, workerId: string, lease: string, outcome: WorkerOutcome, task?: TaskOutcome, workspaceId?: string): Promise<number> {
     const payload =
       outcome.outcome === 'completed'
         ? { result: outcome.result, usage: outcome.usage }
@@ -191,7 +194,7 @@ export class TaskStore {
       task?.status ?? '', JSON.stringify(taskPayload), this.retentionSec, this.maxEvents, this.keys.appendedChannel(),
     );
     if (seq < 0) throw scriptError(seq, `finish ${workerId}`);
-    if (task) await this.taskEnded(taskId, task.status);
+    if (task) await this.taskEnded(taskId, task.status, workspaceId);
     return seq;
   }
 
@@ -254,16 +257,15 @@ export class TaskStore {
     return this.redis.smembers(this.keys.workspaceTasks(workspaceId));
   }
 
-  /** Bookkeeping outside the task's slot, so separate writes: status counts and the workspace's active set. */
-  private async taskEnded(taskId: string, status: TaskStatus): Promise<void> {
-    const ws = await this.workspaceOf(taskId);
-    await this.countStatus(status);
-    if (ws) await this.redis.srem(this.keys.workspaceTasks(ws), taskId);
-  }
-
-  /** Tasks that reached each status, for metrics. A separate write: it lives outside the task's slot. */
-  private async countStatus(status: TaskStatus): Promise<void> {
-    await this.redis.hincrby(this.keys.taskStats(), status, 1);
+  /**
+   * Bookkeeping outside the task's slot, so separate writes: the count of tasks that reached each status (for
+   * metrics) and the workspace's set of unfinished tasks.
+   */
+  private async taskEnded(taskId: string, status: TaskStatus, workspaceId?: string): Promise<void> {
+    const ws = workspaceId ?? (await this.workspaceOf(taskId));
+    const pipeline = this.redis.pipeline().hincrby(this.keys.taskStats(), status, 1);
+    if (ws) pipeline.srem(this.keys.workspaceTasks(ws), taskId);
+    await pipeline.exec();
   }
 
   async statusCounts(): Promise<Record<string, number>> {

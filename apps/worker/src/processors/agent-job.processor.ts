@@ -179,12 +179,12 @@ export class AgentJobProcessor {
     const isLead = team !== undefined;
     if (outcome.ok) {
       await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'completed', result: outcome.result, usage: outcome.usage },
-        isLead ? { status: 'completed', result: outcome.result, usage: team.usage } : undefined);
+        isLead ? { status: 'completed', result: outcome.result, usage: team.usage } : undefined, task.workspace_id);
       return { workerId: worker.worker_id, status: 'completed', result: outcome.result };
     }
     if (outcome.reason === 'cancelled') throw new AbortedError();
     await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'failed', reason: outcome.reason, message: outcome.message },
-      isLead ? { status: 'failed', reason: `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined);
+      isLead ? { status: 'failed', reason: `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined, task.workspace_id);
     this.deps.logger.warn({ taskId: task.task_id, workerId: worker.worker_id, jobId: job.id, reason: outcome.reason, message: outcome.message }, 'agent failed');
     throw new UnrecoverableError(`${outcome.reason}: ${outcome.message}`);
   }
