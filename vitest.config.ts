@@ -9,6 +9,6 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     teardownTimeout: 10_000,
-    reporters: process.env.CI ? ['default'] : ['default'],
+    reporters: ['default', './tests/support/summary-reporter.ts'],
   },
 });
