@@ -113,4 +113,18 @@ describe('runs API: the original contract', () => {
     const res = await fetch(`http://127.0.0.1:${unconfigured.port}/api/runs/workers/heartbeat`, { method: 'POST', headers: { 'x-windie-runs-key': RUNS_KEY } });
     expect(res.status).toBe(503);
   });
+
+  it('releases the run of a worker that restarted (new session_id) instead of waiting for its lease', async () => {
+    const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-d', query: 'restart me' });
+    const runId = body.run.run_id;
+    await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-d', worker_id: 'vm', session_id: 's1', status: 'ready' });
+    expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'vm' })).status).toBe(200);
+    // The agent process restarts with the same worker id: its first heartbeat gets the run back as a new attempt.
+    const again = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-d', worker_id: 'vm', session_id: 's2', status: 'ready' });
+    expect(again.body.assigned_run).toMatchObject({ run_id: runId });
+    const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
+    expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+    expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'queued', attempts: 1 });
+  });
 });
+

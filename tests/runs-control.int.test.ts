@@ -184,7 +184,7 @@ describe('guarded transitions', () => {
     }
   });
 
-  it('refuses dispatch by a worker that does not hold the run, a wrong lease, a second dispatch, and dispatch of non-queued runs', async () => {
+  it('refuses dispatch by a worker that does not hold the run, a wrong lease, and dispatch of non-queued runs; a repeated dispatch by the holder changes nothing', async () => {
     const ws = newWs();
     const runId = await createRun(ws);
     // Nobody holds it yet.
@@ -196,8 +196,13 @@ describe('guarded transitions', () => {
     const ok = await dispatch(runId, 'vm-a', { lease_id: assigned.lease_id, user_id: 'u', conversation_ref: `run-${runId}` });
     expect(ok.status).toBe(200);
     expect(ok.body.run).toMatchObject({ status: 'running', worker_id: 'vm-a', turn_ref: 'turn-1' });
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-a'));
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-a', { lease_id: assigned.lease_id }));
+    // The holder retrying after a lost reply gets 200 and nothing is written (no second run-dispatched).
+    for (const retry of [() => dispatch(runId, 'vm-a'), () => dispatch(runId, 'vm-a', { lease_id: assigned.lease_id })]) {
+      const before = await snapshot(runId);
+      expect((await retry()).status).toBe(200);
+      expect(await snapshot(runId)).toEqual(before);
+    }
+    await expectRefused(runId, 409, () => dispatch(runId, 'vm-b'));
     // A relay naming another worker or lease is refused too; naming the holder (or nobody, as the original) works.
     await expectRefused(runId, 409, () => relay(runId, { event_type: 'tool-call', worker_id: 'vm-b' }));
     await expectRefused(runId, 409, () => relay(runId, { event_type: 'tool-call', worker_id: 'vm-a', lease_id: 'L-not-mine' }));

@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, pollUntilTerminal } from '@cadre/testing';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent } from '@cadre/testing';
+import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import type { TeamEvent } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -130,11 +133,35 @@ describe('a team task end to end over HTTP', () => {
     const res = await fetch(`${stack.url}/metrics`);
     expect(res.status).toBe(200);
     const text = await res.text();
-    expect(text).toMatch(/^cadre_tasks\{status="completed",app="gateway"\} [1-9]/m);
+    expect(text).toMatch(/^cadre_tasks_reached_status\{status="completed",app="gateway"\} [1-9]/m);
     expect(text).toMatch(/^cadre_queue_jobs\{state="waiting",app="gateway"\} \d+/m);
     expect(text).toMatch(/^cadre_watchers\{app="gateway"\} 0/m);
     // Every event of the tasks above was heard (the first test's task alone has 17).
     expect(Number(/^cadre_events_appended_total\{app="gateway"\} (\d+)/m.exec(text)?.[1])).toBeGreaterThan(17);
+  });
+
+  it('stops a running tool within about a second when the task ends without a cancel message (durable check)', async () => {
+    const res = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'demo',
+      goal: 'Lost message',
+      team: { workers: [{ role: 'sleeper', instructions: 'Sleep. [[scripted:call=wait({"ms":30000})]]', tools: ['wait'] }] },
+    });
+    const taskId = res.body.task.task_id;
+    await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_tool_call');
+    // As if the cancel's pub/sub message had been lost: the task is cancelled in Redis with no message sent.
+    const redis = new Redis(stack.redis.url);
+    try {
+      await redis.hset(new KeyBuilder(stack.prefix).task(taskId).meta, 'status', 'cancelled');
+      const queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+      const at = Date.now();
+      while ((await queue.getJob(agentJobId(taskId, 'sleeper-1')))?.finishedOn === undefined) {
+        expect(Date.now() - at).toBeLessThan(2500);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await queue.close();
+    } finally {
+      redis.disconnect();
+    }
   });
 });
 

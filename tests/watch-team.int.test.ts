@@ -166,5 +166,9 @@ describe('SSE', () => {
     expect(full.types.at(-1)).toBe('task_completed');
     const resumed = await read({ 'last-event-id': '4' });
     expect(resumed.ids).toEqual(full.ids.filter((id) => id > 4));
+    // A reader that already has the terminal event gets 204, which tells EventSource to stop reconnecting.
+    const done = await fetch(`${stack.url}/api/tasks/${taskId}/stream`, { headers: { authorization: 'Bearer test-key-all-workspaces', 'last-event-id': String(full.ids.at(-1)) } });
+    expect(done.status).toBe(204);
+    expect(await done.text()).toBe('');
   });
 });

@@ -54,7 +54,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   new Counter({ name: 'cadre_events_appended_total', help: 'Events appended to any task or run log (heard on the appended channel since start)', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
   new Gauge({
-    name: 'cadre_tasks', help: 'Tasks that reached each status (cluster-wide)', labelNames: ['status'], registers: [metrics],
+    name: 'cadre_tasks_reached_status', help: 'Tasks that have reached each status since the store began (cluster-wide; queued counts every task created)', labelNames: ['status'], registers: [metrics],
     async collect() { for (const [status, n] of Object.entries(await store.statusCounts())) this.set({ status }, n); },
   });
   new Gauge({

@@ -1,4 +1,5 @@
 // What `npm start` prints once the gateway is ready: where everything is, and one example of each way in.
+import { redactUrl } from '@cadre/config';
 
 export interface BannerInfo {
   port: number;
@@ -42,10 +43,10 @@ export function renderBanner(info: BannerInfo): string {
       : 'from CADRE_API_KEY (not shown)';
   const redis = info.redis.embedded
     ? `${info.redis.url}  (private redis-server, pid ${info.redis.embedded.pid}, data in ${info.redis.embedded.dataDir})`
-    : `${info.redis.url}  (from REDIS_URL)`;
+    : `${redactUrl(info.redis.url)}  (from REDIS_URL)`;
   const model = info.model.scripted
     ? `scripted model at ${info.model.url}  (set OPENAI_BASE_URL and OPENAI_API_KEY to use a real one)`
-    : `${info.model.url}  (from OPENAI_BASE_URL)`;
+    : `${redactUrl(info.model.url)}  (from OPENAI_BASE_URL)`;
   const exportKey = info.devApiKey !== undefined ? `export KEY=${info.devApiKey}` : 'export KEY="$CADRE_API_KEY"';
   return [
     '',

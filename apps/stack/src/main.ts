@@ -183,8 +183,11 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   stack.spawn('gateway', 'apps/gateway/src/main.ts', env);
   for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', env);
   for (let i = 1; i <= config.vmAgents; i++) {
+    // A VM agent gets what a VM would have, not the control plane's secrets (Redis, the tasks key): its shell
+    // tool runs as the same user.
+    const { REDIS_URL: _redis, CADRE_API_KEY: _key, CADRE_API_KEYS: _keys, ...vmEnv } = env;
     stack.spawn(`vm-agent-${i}`, 'apps/vm-agent/src/main.ts', {
-      ...env,
+      ...vmEnv,
       CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
       VM_AGENT_WORKSPACE_ID: env.VM_AGENT_WORKSPACE_ID ?? 'default',
       VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,

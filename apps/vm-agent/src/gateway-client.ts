@@ -56,6 +56,7 @@ export class GatewayError extends Error {
 }
 
 export const isFenced = (err: unknown): boolean => err instanceof GatewayError && err.code === 'fenced';
+export const isUnavailable = (err: unknown): boolean => err instanceof GatewayError && err.code === 'unavailable';
 
 export interface GatewayClientOptions {
   baseUrl: string;

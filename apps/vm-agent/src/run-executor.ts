@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type OpenAI from 'openai';
 import { runAgent, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import type { Logger } from '@cadre/observability';
+import { isUuid } from '@cadre/protocol';
 import type { VmAgentConfig } from './config.ts';
 import { EventRelay } from './event-relay.ts';
-import { isFenced, type AssignedRun, type ControlCommand, type GatewayClient, type HeartbeatResponse } from './gateway-client.ts';
+import { isFenced, isUnavailable, type AssignedRun, type ControlCommand, type GatewayClient, type HeartbeatResponse } from './gateway-client.ts';
 import { RunGate } from './run-gate.ts';
 import { vmTools } from './tools/index.ts';
 
@@ -19,7 +21,6 @@ export interface RunExecutorDeps {
   ack(commandId: string): void;
 }
 
-const RUN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const INSTRUCTIONS =
   "You run on a VM. Do the user's task with your tools: shell runs a command in your working directory, " +
   'read_file and write_file read and write files in it (relative paths). Answer with a short summary when done.';
@@ -168,22 +169,24 @@ class ActiveRun {
 
   async execute(): Promise<void> {
     const { config, client } = this.deps;
-    if (!RUN_ID.test(this.runId)) {
+    if (!isUuid(this.runId)) {
       this.log.error('assigned run id is not a UUID; refusing to use it as a directory name');
       return;
     }
-    try {
-      await client.dispatched(this.runId, {
-        worker_id: config.workerId,
-        ...(config.userId !== undefined && { user_id: config.userId }),
-        turn_ref: randomUUID(),
-        conversation_ref: this.assigned.conversation_ref,
-        lease_id: this.leaseId,
-      });
-    } catch (err) {
-      if (isFenced(err)) this.log.info({ err: (err as Error).message }, 'run is no longer held by this agent; dropped');
-      else this.log.warn({ err: (err as Error).message }, 'worker-dispatched failed; the assignment will be re-sent');
-      return;
+    // Retried while the gateway is unreachable: a repeated dispatch by the holder is harmless server-side, and
+    // giving up after a lost reply would leave the run `running` with nobody executing it.
+    const dispatch = { worker_id: config.workerId, ...(config.userId !== undefined && { user_id: config.userId }), turn_ref: randomUUID(), conversation_ref: this.assigned.conversation_ref, lease_id: this.leaseId };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await client.dispatched(this.runId, dispatch);
+        break;
+      } catch (err) {
+        if (isFenced(err)) return void this.log.info({ err: (err as Error).message }, 'run is no longer held by this agent; dropped');
+        if (!isUnavailable(err) || attempt >= 6 || this.ending) {
+          return void this.log.warn({ err: (err as Error).message }, 'worker-dispatched failed; the assignment will be re-sent');
+        }
+        await sleep(Math.min(2_000, 100 * 2 ** attempt));
+      }
     }
     if (this.ending) return;
     this.log.info('run dispatched');

@@ -1,19 +1,52 @@
 import type { Redis } from 'ioredis';
+import type { KeyBuilder } from '@cadre/store';
 
 /** Why a running agent loop was aborted; decides what (if anything) the processor records. */
 export type AbortCause = 'cancelled' | 'shutdown' | 'lease_lost';
 
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
 /**
  * The running loops of this process by task, so a cancel published by any gateway reaches them within
  * milliseconds (BullMQ's cancelJob only reaches the worker it is called on). The durable half of cancel is the
- * task's status: every event append checks it, so a loop that missed the message stops at its next write.
+ * task's status: every event append checks it, and a once-a-second check of the running tasks' status catches a
+ * cancel whose message was lost (published while this subscriber was reconnecting) while a loop sits in a long
+ * model call or tool.
  */
 export class CancelRegistry {
   private readonly running = new Map<string, Set<AbortController>>();
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
 
-  async listen(subscriber: Redis, channel: string): Promise<void> {
+  async listen(opts: { subscriber: Redis; redis: Redis; keys: KeyBuilder; checkEveryMs?: number }): Promise<void> {
+    const { subscriber, redis, keys } = opts;
     subscriber.on('message', (_channel: string, taskId: string) => this.abortTask(taskId, 'cancelled'));
-    await subscriber.subscribe(channel);
+    subscriber.on('ready', () => void this.checkStatuses(redis, keys));
+    await subscriber.subscribe(keys.cancelChannel());
+    const every = opts.checkEveryMs ?? 1_000;
+    const tick = (): void => {
+      if (this.stopped) return;
+      this.timer = setTimeout(() => void this.checkStatuses(redis, keys).finally(tick), every);
+      this.timer.unref();
+    };
+    tick();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  /** One pipelined status read for every task with a running loop here; aborts the loops of ended tasks. */
+  private async checkStatuses(redis: Redis, keys: KeyBuilder): Promise<void> {
+    const taskIds = [...this.running.keys()];
+    if (taskIds.length === 0) return;
+    const pipeline = redis.pipeline();
+    for (const taskId of taskIds) pipeline.hget(keys.task(taskId).meta, 'status');
+    const replies = (await pipeline.exec().catch(() => null)) ?? [];
+    replies.forEach(([err, status], i) => {
+      if (!err && TERMINAL.has(status as string)) this.abortTask(taskIds[i]!, 'cancelled');
+    });
   }
 
   register(taskId: string): AbortController {

@@ -25,7 +25,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const queue = new TeamQueue({ connection: redis, keys });
   const cancels = new CancelRegistry();
-  await cancels.listen(subscriber, keys.cancelChannel());
+  await cancels.listen({ subscriber, redis, keys });
 
   const metrics = createMetricsRegistry('worker');
   const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
@@ -85,6 +85,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       const deadline = setTimeout(() => processor.abortAll('shutdown'), graceMs);
       await worker.close();
       clearTimeout(deadline);
+      cancels.stop();
       metricsServer?.close();
       await queue.close();
       await Promise.all([subscriber.quit().catch(() => undefined), redis.quit().catch(() => undefined)]);

@@ -80,7 +80,8 @@ export function url(names: Names): Field<string | undefined> {
       try {
         new URL(raw);
       } catch {
-        throw new Error(`expected a URL, got "${raw}"`);
+        // Not a URL, so its password cannot be cut out reliably: name nothing but its length.
+        throw new Error(`expected a URL (scheme://host:port), got ${raw.length} characters that do not parse as one`);
       }
       return raw;
     },
@@ -127,4 +128,15 @@ export function positiveIntOr(names: Names, fallback: number): Field<number> {
       return raw !== undefined && Number.isInteger(value) && value > 0 ? value : fallback;
     },
   };
+}
+
+/** A URL as it may be shown (logs, banners): any password replaced. */
+export function redactUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return '[unparseable URL]';
+  }
 }

@@ -1,6 +1,7 @@
 // Public surface of @cadre/protocol: the team event model, the generated roz.v1 gRPC types, and the
 // mapping between them.
 export * from './team-events.ts';
+export { isUuid } from './ids.ts';
 export { toProtoTeamEvent } from './to-proto.ts';
 
 // Generated from proto/roz/v1/agent.proto (npm run proto:gen). TeamEvent and TokenUsage take a Proto

@@ -16,6 +16,8 @@ export type WorkerFailureReason =
   | 'worker_lost'
   | 'max_turns'
   | 'tool_error'
+  | 'worker_shutdown'
+  | 'team_failed'
   | 'internal_error';
 
 export interface TokenUsage {

@@ -104,4 +104,16 @@ describe('EventFanout', () => {
       await paged.close();
     }
   });
+
+  it('lets go of a watcher whose cursor is older than the retained log', async () => {
+    const trimmed = new TaskStore({ redis, keys: new KeyBuilder('fanout-trim'), maxEventsPerTask: 100 });
+    const team = { lead: { instructions: 'l' }, workers: [], max_workers: 1 };
+    const { task } = await trimmed.createTask({ workspace_id: 'w', goal: 'g', team, metadata: {} });
+    await trimmed.claimWorker(task.task_id, 'lead', 'lease', 'host');
+    for (let turn = 1; turn <= 120; turn++) await trimmed.appendWorkerEvent(task.task_id, 'lead', 'lease', 'worker_phase', { phase: 'thinking', mode: 'react', turn });
+    const watcher = await fanout.watch(trimmed.taskLog(task.task_id), 0);
+    await expect(watcher.next()).rejects.toMatchObject({ code: 'cursor_expired' });
+    expect(fanout.watcherCount()).toBe(0);
+  });
 });
+

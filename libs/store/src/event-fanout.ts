@@ -113,7 +113,13 @@ export class EventFanout {
     }
     // The tail's cursor must be set before the watcher's first read of the log, or an event appended between
     // the two could be missed by both.
-    await tail.ready;
+    try {
+      await tail.ready;
+    } catch (err) {
+      // A failed start (Redis loading, failing over) must not stay cached: the next watch builds a new tail.
+      if (this.tails.get(log.id) === tail) this.tails.delete(log.id);
+      throw err;
+    }
     const owner = tail;
     const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher));
     tail.watchers.add(watcher);
@@ -314,7 +320,14 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       // Nothing contiguous in memory: read the log if it holds more (first read, a gap, dropped events), else wait.
       if (this.firstRead || this.knownHead > this.lastSeq) {
         this.firstRead = false;
-        const page = await this.log.read(this.lastSeq, this.pageSize);
+        let page: E[] | null;
+        try {
+          page = await this.log.read(this.lastSeq, this.pageSize);
+        } catch (err) {
+          // cursor_expired or Redis down: the watch is over; unregister before the caller sees the error.
+          this.finish();
+          throw err;
+        }
         if (!page) {
           this.finish();
           return { done: true, value: undefined };

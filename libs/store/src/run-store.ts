@@ -97,7 +97,7 @@ export class RunStore {
     }
     const run = await this.getRun(runId);
     if (!run) throw new Error(`run ${runId} vanished right after creation`);
-    return { run, events: (await this.readEvents(runId, 0, 1000))?.events ?? [], created: true };
+    return { run, events: (await this.readEvents(runId, 0, 1000))?.events ?? [], created: code === 1 };
   }
 
   async workspaceOf(runId: string): Promise<string | null> {

@@ -63,6 +63,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       }
     } finally {
       call.off('cancelled', stop);
+      void watcher?.return();
       deps.onWatchEnd();
     }
   };

@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '@cadre/observability';
 import type { LoggedEvent, LogWatcher } from '@cadre/store';
-import { toApiError } from '../errors.ts';
+import { ApiError, toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
 
 /**
@@ -20,6 +20,18 @@ function frameOf(event: { seq: number; event_type: string }): string {
   return frame;
 }
 
+/**
+ * Where an SSE reader resumes: the `Last-Event-ID` its EventSource sends on reconnect (a seq), which wins over
+ * `?after_seq=`.
+ */
+export function resumeCursor(request: FastifyRequest, afterSeq: number | undefined): number {
+  const header = request.headers['last-event-id'];
+  const raw = Array.isArray(header) ? header[0] : header;
+  if (raw === undefined || raw === '') return afterSeq ?? 0;
+  if (!/^\d{1,15}$/.test(raw)) throw new ApiError('invalid_argument', `Last-Event-ID must be a seq (a non-negative integer), got "${raw.slice(0, 32)}"`);
+  return Number(raw);
+}
+
 export class SseSessions {
   private readonly open = new Set<FastifyReply>();
   private readonly keepAliveMs: number;
@@ -35,6 +47,9 @@ export class SseSessions {
   }
 
   serve<E extends LoggedEvent & { event_type: string }>(request: FastifyRequest, reply: FastifyReply, watcher: LogWatcher<E> | null): void {
+    // The reader already has everything (it resumed after the last event): 204 is what tells EventSource to stop
+    // reconnecting; a 200 that ends at once would make it come back every second for ever.
+    if (!watcher) return void reply.status(204).send();
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, {
@@ -44,10 +59,6 @@ export class SseSessions {
       'x-accel-buffering': 'no',
     });
     res.write('retry: 1000\n\n');
-    if (!watcher) {
-      res.end();
-      return;
-    }
     this.open.add(reply);
     const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), this.keepAliveMs);
     const stop = (): void => void watcher.return();
@@ -67,6 +78,7 @@ export class SseSessions {
           res.write(`event: error\ndata: ${JSON.stringify({ code: api?.code ?? 'internal', message: api?.message ?? 'internal error', last_seq: watcher.lastSeq })}\n\n`);
         }
       } finally {
+        void watcher.return();
         clearInterval(keepAlive);
         request.raw.off('close', stop);
         this.open.delete(reply);

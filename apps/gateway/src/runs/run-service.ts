@@ -1,11 +1,10 @@
 import type { Logger } from '@cadre/observability';
+import { isUuid } from '@cadre/protocol';
 import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, HeartbeatResult, ControlAction } from '@cadre/store';
 import { StoreError, TERMINAL_RUN_STATUSES } from '@cadre/store';
 import { ApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '../http/schemas/runs.schema.ts';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface RunServiceDeps {
   store: RunStore;
@@ -132,5 +131,5 @@ export class RunService {
 }
 
 function checkRunId(runId: string): void {
-  if (!UUID.test(runId)) throw new ApiError('invalid_argument', `run_id must be a UUID, got "${runId.slice(0, 64)}"`);
+  if (!isUuid(runId)) throw new ApiError('invalid_argument', `run_id must be a UUID, got "${runId.slice(0, 64)}"`);
 }

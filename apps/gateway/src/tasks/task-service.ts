@@ -1,12 +1,10 @@
 import type { Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
-import { TERMINAL_TASK_STATUSES, type TeamEvent } from '@cadre/protocol';
+import { TERMINAL_TASK_STATUSES, isUuid, type TeamEvent } from '@cadre/protocol';
 import { StoreError, type EventFanout, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const DEFAULT_LEAD_INSTRUCTIONS =
   'You lead a team of agents. Plan the work, spawn workers for its parts with spawn_worker, then combine their results into one answer.';
@@ -39,7 +37,16 @@ export class TaskService {
     );
     // Enqueueing is idempotent (job ids derive from the task), so a retry after a crash between the two
     // steps finishes the first request's work instead of leaving the task queued forever.
-    if (task.status === 'queued') await this.deps.queue.enqueueTask(task);
+    if (task.status === 'queued') {
+      try {
+        await this.deps.queue.enqueueTask(task);
+      } catch (err) {
+        // Nobody would ever run it: end it now rather than leave it queued for ever. (With an Idempotency-Key
+        // the client's retry gets the cancelled task and can submit a new one.)
+        await this.deps.store.cancelTask(task.task_id, 'could not be enqueued').catch(() => undefined);
+        throw err;
+      }
+    }
     if (created) this.deps.logger.info({ taskId: task.task_id, workspaceId: task.workspace_id, mode: task.mode }, 'task created');
     return { task, created };
   }
@@ -107,7 +114,7 @@ export class TaskService {
 }
 
 export function checkTaskId(taskId: string): void {
-  if (!UUID.test(taskId)) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${taskId.slice(0, 64)}"`);
+  if (!isUuid(taskId)) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${taskId.slice(0, 64)}"`);
 }
 
 function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpec {

@@ -89,7 +89,7 @@ export class AgentJobProcessor {
     const ac = this.deps.cancels.register(taskId);
     this.running.set(job.id!, ac);
     try {
-      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, task, worker, ac) : await this.runWorker(job, token, task, worker, ac);
+      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, task, worker, ac, claim.kind) : await this.runWorker(job, token, task, worker, ac);
       this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', performance.now() - started);
       return result;
     } catch (err) {
@@ -105,9 +105,11 @@ export class AgentJobProcessor {
     return this.finish(job, lease, task, worker, outcome, undefined);
   }
 
-  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController, claimed: ClaimResult['kind']): Promise<AgentJobResult> {
     if (job.data.step === 'plan') {
-      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.roster_size, defaultModel: lead.model });
+      // Numbered from a fixed base, so a plan step retried after a crash names the same workers (addWorkers and
+      // BullMQ job ids then dedupe them) instead of adding a second team.
+      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.team.workers.length + 1, defaultModel: lead.model });
       const outcome = await this.runLoop(task, lead, lease, [tool], `Team goal: ${task.goal}`, ac.signal);
       if (!outcome.ok || spawned.length === 0) {
         // The lead answered alone (or failed): its answer is the task's.
@@ -123,12 +125,23 @@ export class AgentJobProcessor {
       );
       await job.updateData({ ...job.data, step: 'synthesize' });
       await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
-      await this.deps.store.finishWorker(task.task_id, LEAD_WORKER_ID, lease, { outcome: 'waiting' });
-      if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
-      // Every child already finished: carry on with the same lease.
-      await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId);
+      await this.waitForChildren(job, lease, task);
+    } else if (task.mode === 'planned' && claimed === 'started') {
+      // A synthesize step that did not come back from waiting: its attempt died between planning and waiting.
+      // Its children may still be running, so wait for them first.
+      await this.waitForChildren(job, lease, task);
     }
     return this.synthesize(job, lease, task, lead, ac);
+  }
+
+  /**
+   * Parks the lead until its children finish (the job comes back for its synthesize step), or returns at once if
+   * they already have. The roster says `waiting` before BullMQ parks the job, so the job's next run resumes it.
+   */
+  private async waitForChildren(job: Job<AgentJobData>, lease: string, task: TaskContext): Promise<void> {
+    await this.deps.store.finishWorker(task.task_id, LEAD_WORKER_ID, lease, { outcome: 'waiting' });
+    if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
+    await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId);
   }
 
   /** The lead turns its workers' results into the task's result. */
@@ -139,9 +152,8 @@ export class AgentJobProcessor {
     const workersUsage = workers.reduce((sum, w) => addUsage(sum, w.usage), ZERO);
     const done = workers.filter((w) => w.status === 'completed');
     if (done.length === 0) {
-      const reason = workers.length === 0 ? 'the team has no workers' : 'every worker failed';
-      const outcome: AgentOutcome = { ok: false, reason: 'tool_error', message: reason, usage: ZERO, turns: 0 };
-      return this.finish(job, lease, task, lead, outcome, { usage: workersUsage });
+      const message = workers.length === 0 ? 'the team has no workers' : 'every worker failed';
+      return this.finish(job, lease, task, lead, { ok: false, reason: 'team_failed', message, usage: ZERO, turns: 0 }, { usage: workersUsage });
     }
     const report = workers
       .map((w) => `- ${w.worker_id} (${w.role}): ${w.status === 'completed' ? w.result : `failed (${w.failure_reason})`}`)
@@ -171,11 +183,11 @@ export class AgentJobProcessor {
   }
 
   /**
-   * Records the attempt's outcome (and, for the lead, the task's). A failed worker fails its job without retry:
-   * the model already had its retries, and the lead carries on with the others' results.
+   * Records the attempt's outcome and, for the lead (`team` given), the task's, with the team's total usage. A
+   * failed worker fails its job without retry: the model already had its retries, and the lead carries on with the
+   * others' results.
    */
-  /** `team` is given for the lead: its outcome is the task's, with the team's total usage. */
-  private async finish(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, outcome: AgentOutcome, team: { usage: TokenUsage } | undefined): Promise<AgentJobResult> {
+  private async finish(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, outcome: Outcome, team: { usage: TokenUsage } | undefined): Promise<AgentJobResult> {
     const isLead = team !== undefined;
     if (outcome.ok) {
       await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'completed', result: outcome.result, usage: outcome.usage },
@@ -184,7 +196,7 @@ export class AgentJobProcessor {
     }
     if (outcome.reason === 'cancelled') throw new AbortedError();
     await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'failed', reason: outcome.reason, message: outcome.message },
-      isLead ? { status: 'failed', reason: `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined, task.workspace_id);
+      isLead ? { status: 'failed', reason: outcome.reason === 'team_failed' ? outcome.message : `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined, task.workspace_id);
     this.deps.logger.warn({ taskId: task.task_id, workerId: worker.worker_id, jobId: job.id, reason: outcome.reason, message: outcome.message }, 'agent failed');
     throw new UnrecoverableError(`${outcome.reason}: ${outcome.message}`);
   }
@@ -219,6 +231,9 @@ export class AgentJobProcessor {
     throw new UnrecoverableError(`internal_error: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
+
+/** An agent loop's outcome, or the lead's when it had nothing to combine. */
+type Outcome = AgentOutcome | { ok: false; reason: 'team_failed'; message: string; usage: TokenUsage; turns: number };
 
 class AbortedError extends Error {
   constructor() {

@@ -1,6 +1,7 @@
 --[[
   The lead adds the workers it spawned to the roster (as pending), fenced by the lead's lease. Idempotent per
-  worker id, so a retried plan step does not duplicate workers.
+  worker id (ids are numbered from a fixed base), so a retried plan step does not duplicate workers, and an entry
+  that already exists is never overwritten.
   KEYS[1] meta   KEYS[2] events   KEYS[3] roster
   ARGV[1] lead worker id   ARGV[2] lead lease   ARGV[3] workers JSON array
   Returns the number of workers added, or -1 no such task, -2 task finished, -3 fenced.

@@ -3,11 +3,13 @@
   KEYS[1] <base>:workers (routing only)
   ARGV[1] workspace base key   ARGV[2] run id   ARGV[3] run fields JSON (strings)   ARGV[4] active-run cap
   ARGV[5] max events   ARGV[6] appended channel
-  Returns 1 created, -6 the workspace's active-run cap is reached.
+  Returns 1 created, 0 it already existed (a concurrent request with the same Idempotency-Key), -6 the
+  workspace's active-run cap is reached.
 ]]
 --@include run-log
 
 local runId, cap, maxLen, channel = ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+if redis.call('EXISTS', runMeta(runId)) == 1 then return 0 end
 if redis.call('SCARD', activeKey) >= cap then return -6 end
 local now = nowMs()
 local fields = cjson.decode(ARGV[3])

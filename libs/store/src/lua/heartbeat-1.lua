@@ -5,7 +5,8 @@
   Commands: with ack mode (ARGV[5] is a JSON list, possibly empty) acked commands are dropped and the rest are
   redelivered until acked, so a lost response loses nothing; without it (ARGV[5] = '') each command is delivered
   once, as the original API did.
-  A run assigned but not yet dispatched is sent again on every heartbeat, so a lost response cannot strand it.
+  A run assigned but not yet dispatched is sent again on every heartbeat, so a lost response cannot strand it; a
+  new session_id for the same worker id releases the run the old session held.
   KEYS[1] <base>:workers
   ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, status, metadata)
   ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
@@ -17,6 +18,13 @@
 local incoming = cjson.decode(ARGV[2])
 local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local now = nowMs()
+-- The same worker id in a new session (a restarted VM agent) no longer holds what the old session held: its lease
+-- ends now, so the run goes back to the queue instead of waiting for a worker that forgot it.
+local previous = loadWorker(incoming.worker_id)
+if previous and previous.run_id and previous.session_id and incoming.session_id
+    and previous.session_id ~= '' and previous.session_id ~= incoming.session_id then
+  if redis.call('ZSCORE', expiryKey, previous.run_id) then redis.call('ZADD', expiryKey, 0, previous.run_id) end
+end
 local lost = expireLeases(now, maxAttempts, maxLen, channel, retention)
 
 local w = loadWorker(incoming.worker_id) or {}

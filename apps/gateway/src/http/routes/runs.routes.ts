@@ -3,7 +3,7 @@ import { httpStatusOf, toApiError } from '../../errors.ts';
 import { ApiError } from '../../errors.ts';
 import type { RunService } from '../../runs/run-service.ts';
 import type { RunsAuthenticator } from '../../runs/runs-auth.ts';
-import type { SseSessions } from '../sse.ts';
+import { resumeCursor, type SseSessions } from '../sse.ts';
 import {
   controlBody,
   createRunBody,
@@ -88,10 +88,7 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
     '/api/runs/:run_id/stream',
     { schema: { params: runParams, querystring: { type: 'object', properties: { after_seq: { type: 'integer', minimum: 0 } } } } },
     async (request, reply) => {
-      const header = request.headers['last-event-id'];
-      const raw = Array.isArray(header) ? header[0] : header;
-      if (raw !== undefined && raw !== '' && !/^\d{1,15}$/.test(raw)) throw new ApiError('invalid_argument', 'Last-Event-ID must be a seq');
-      const afterSeq = raw ? Number(raw) : (request.query.after_seq ?? 0);
+      const afterSeq = resumeCursor(request, request.query.after_seq);
       deps.sse.serve(request, reply, await deps.runs.watch(request.params.run_id, afterSeq));
     },
   );

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { ApiError } from '../../errors.ts';
 import type { Principal } from '../../auth.ts';
 import type { HttpAppDeps } from '../app.ts';
+import { resumeCursor } from '../sse.ts';
 import { cancelBody, createTaskBody, eventsQuery, streamQuery, taskParams, type CreateTaskBody } from '../schemas/tasks.schema.ts';
 
 interface TaskParams {
@@ -49,7 +50,7 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     '/api/tasks/:task_id/stream',
     { schema: { params: taskParams, querystring: streamQuery } },
     async (request, reply) => {
-      const afterSeq = lastEventId(request.headers['last-event-id']) ?? request.query.after_seq ?? 0;
+      const afterSeq = resumeCursor(request, request.query.after_seq);
       const watcher = await deps.tasks.watch(request.principal, request.params.task_id, afterSeq);
       deps.sse.serve(request, reply, watcher);
     },
@@ -67,12 +68,4 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
 
 function headerValue(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value[0] : value;
-}
-
-/** SSE reconnects send the last seq they saw as Last-Event-ID; it wins over ?after_seq. */
-function lastEventId(value: string | string[] | undefined): number | undefined {
-  const raw = headerValue(value);
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d{1,15}$/.test(raw)) throw new ApiError('invalid_argument', `Last-Event-ID must be a seq (a non-negative integer), got "${raw.slice(0, 32)}"`);
-  return Number(raw);
 }
