@@ -126,14 +126,19 @@ export class RunStore {
     return meta.run_id ? toRunRecord(meta) : null;
   }
 
-  /** Runs of a workspace, newest first, optionally by status (active ones, or all that are still retained). */
+  /** Runs of a workspace, newest first, optionally by status: every active run, and the newest 1,000 of the rest. */
   async listRuns(workspaceId: string, status?: RunStatus): Promise<RunRecord[]> {
     const base = this.keys.workspace(workspaceId);
-    const ids = await this.redis.zrevrange(`${base}:runs`, 0, 999);
+    const [active, recent] = await Promise.all([this.redis.smembers(`${base}:active`), this.redis.zrevrange(`${base}:runs`, 0, 999)]);
+    const ids = [...new Set([...active, ...recent])];
     const pipeline = this.redis.pipeline();
     for (const id of ids) pipeline.hgetall(`${base}:run:${id}:meta`);
     const metas = ((await pipeline.exec()) ?? []).map(([, m]) => m as Record<string, string>);
-    return metas.filter((m) => m.run_id).map(toRunRecord).filter((r) => !status || r.status === status);
+    return metas
+      .filter((m) => m.run_id)
+      .map(toRunRecord)
+      .filter((r) => !status || r.status === status)
+      .sort((a, b) => b.created_at.localeCompare(a.created_at));
   }
 
   async readEvents(runId: string, afterSeq: number, limit: number): Promise<{ workspace_id: string; events: RunEvent[] } | null> {

@@ -19,6 +19,8 @@ redis.call('HSET', runMeta(runId), 'run_id', runId, 'status', 'awaiting_worker',
   'seq', 0, 'created_at', now, 'updated_at', now)
 redis.call('SADD', activeKey, runId)
 redis.call('ZADD', base .. ':runs', now, runId)
+-- The listing index keeps the newest 10,000 runs; active runs are also listed from the active set.
+redis.call('ZREMRANGEBYRANK', base .. ':runs', 0, -10001)
 redis.call('RPUSH', queueKey, runId)
 appendRunEvent(runId, maxLen, channel, 'run-created', 'backend',
   cjson.encode({ workspace_id = fields.workspace_id, agent_id = fields.agent_id, requested_by = fields.requested_by }))
