@@ -126,5 +126,24 @@ describe('runs API: the original contract', () => {
     expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
     expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'queued', attempts: 1 });
   });
+
+  it('stores a relayed batch once when it is retried after a lost reply (batch_id)', async () => {
+    const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-e', query: 'relay twice' });
+    const runId = body.run.run_id;
+    await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-e', worker_id: 'vm', status: 'ready' });
+    await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'vm' });
+    const batch = { worker_id: 'vm', batch_id: 'b-1', events: [{ event_type: 'tool-call', payload: { n: 1 } }, { event_type: 'tool-result', payload: { n: 1 } }] };
+    const first = await call('POST', `/api/runs/${runId}/events`, batch);
+    const retry = await call('POST', `/api/runs/${runId}/events`, batch);
+    expect(first.status).toBe(200);
+    expect(retry.status).toBe(200);
+    expect(retry.body.last_seq).toBe(first.body.last_seq);
+    const final = { worker_id: 'vm', batch_id: 'b-2', events: [{ event_type: 'streaming-complete', payload: {} }] };
+    expect((await call('POST', `/api/runs/${runId}/events`, final)).status).toBe(200);
+    // The final batch's retry, after the run completed, is recognised too rather than refused.
+    expect((await call('POST', `/api/runs/${runId}/events`, final)).status).toBe(200);
+    const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
+    expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched', 'tool-call', 'tool-result', 'streaming-complete']);
+  });
 });
 

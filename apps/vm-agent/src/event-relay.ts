@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '@cadre/observability';
 import { GatewayError, type GatewayClient, type RelayedEvent } from './gateway-client.ts';
@@ -88,13 +89,17 @@ export class EventRelay {
 
   private async flushAll(): Promise<void> {
     let failures = 0;
+    // A batch keeps its id and contents until the gateway took it, so a retry after a lost reply is recognised
+    // (batch_id) and not stored twice.
+    let batch: { id: string; events: RelayedEvent[] } | null = null;
     while (this.queue.length > 0 && !this.stopped) {
-      const batch = this.queue.slice(0, this.maxBatch);
+      const current: { id: string; events: RelayedEvent[] } = (batch ??= { id: randomUUID(), events: this.queue.slice(0, this.maxBatch) });
       try {
-        await this.opts.client.relay(this.opts.runId, this.opts.workerId, this.opts.leaseId, batch);
+        await this.opts.client.relay(this.opts.runId, this.opts.workerId, this.opts.leaseId, current.events, current.id);
         failures = 0;
         // Only now: a discard() during the request has already emptied the queue.
-        if (!this.stopped) this.queue.splice(0, batch.length);
+        if (!this.stopped) this.queue.splice(0, current.events.length);
+        batch = null;
       } catch (err) {
         if (this.stopped) return;
         if (err instanceof GatewayError && err.code === 'fenced') {
@@ -105,8 +110,9 @@ export class EventRelay {
         }
         if (err instanceof GatewayError && err.code === 'rejected') {
           // Retrying cannot help (a bug or a configuration problem); keep the rest of the log flowing.
-          this.opts.logger.error({ err: err.message, dropped: batch.map((e) => e.event_type) }, 'gateway refused relayed events');
-          this.queue.splice(0, batch.length);
+          this.opts.logger.error({ err: err.message, dropped: current.events.map((e) => e.event_type) }, 'gateway refused relayed events');
+          this.queue.splice(0, current.events.length);
+          batch = null;
           continue;
         }
         failures++;

@@ -85,8 +85,8 @@ export class GatewayClient {
   }
 
   /** Appends events to the run's log in order; the batch's last event may end the run. */
-  async relay(runId: string, workerId: string, leaseId: string, events: RelayedEvent[]): Promise<void> {
-    await this.post(`/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId });
+  async relay(runId: string, workerId: string, leaseId: string, events: RelayedEvent[], batchId: string): Promise<void> {
+    await this.post(`/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId, batch_id: batchId });
   }
 
   private async post<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {

@@ -280,7 +280,7 @@ class ActiveRun {
         void this.deps.client
           .relay(this.runId, this.deps.config.workerId, this.leaseId, [
             { event_type: 'run-control-applied', source: 'vm-agent', payload: { command_id: command.command_id, action: 'stop', control_mode: this.gate.mode } },
-          ])
+          ], randomUUID())
           .catch((err: unknown) => (isFenced(err) ? log.debug('run-control-applied for stop refused (run already stopped)') : log.warn({ err: (err as Error).message }, 'run-control-applied for stop failed')));
         return;
       case 'pause':

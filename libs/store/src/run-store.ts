@@ -194,10 +194,10 @@ export class RunStore {
     return (await this.getRun(runId))!;
   }
 
-  async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[]): Promise<{ run: RunRecord; last_seq: number }> {
+  async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[], batchId?: string): Promise<{ run: RunRecord; last_seq: number }> {
     const ws = await this.requireWorkspace(runId);
     const encoded = events.map((e) => [e.event_type, e.source ?? 'worker', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
-    const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
+    const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec, batchId ?? '');
     if (seq < 0) throw runScriptError(seq, 'relay events');
     return { run: (await this.getRun(runId))!, last_seq: seq };
   }

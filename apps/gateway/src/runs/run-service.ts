@@ -94,7 +94,7 @@ export class RunService {
     if (body.events && body.event_type) throw new ApiError('unprocessable', 'send either event_type or events, not both');
     const endsAt = events.findIndex((e) => e.event_type === 'streaming-complete' || e.event_type === 'error');
     if (endsAt >= 0 && endsAt !== events.length - 1) throw new ApiError('unprocessable', `${events[endsAt]!.event_type} ends the run, so it must be the last event of a batch`);
-    return this.deps.store.relay(runId, body.worker_id, body.lease_id, events);
+    return this.deps.store.relay(runId, body.worker_id, body.lease_id, events, body.batch_id);
   }
 
   /** Stops every active run in scope and cancels every unfinished team task in scope, through task cancel. */

@@ -4,6 +4,7 @@
   KEYS[1] <base>:workers
   ARGV[1] base   ARGV[2] run id   ARGV[3] worker id ('' = not checked, as the original)   ARGV[4] lease id ('' = not checked)
   ARGV[5] events JSON: a list of {event_type, source, payload JSON, error text} tuples (payloads pass through untouched)   ARGV[6] max events   ARGV[7] channel   ARGV[8] retention seconds
+  ARGV[9] batch id ('' = none): a batch retried after a lost reply is recognised and not written twice
   Returns the last seq; -1 no such run, -2 run finished, -3 worker does not hold the run, -7 run not dispatched.
 ]]
 --@include run-log
@@ -11,6 +12,8 @@
 local runId, workerId, leaseId, maxLen, channel = ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7]
 local run = loadRun(runId)
 if not run then return -1 end
+local batchId = ARGV[9]
+if batchId ~= '' and run.last_batch_id == batchId then return tonumber(run.seq) end
 if RUN_TERMINAL[run.status] then return -2 end
 if (workerId ~= '' and run.worker_id ~= workerId) or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
 -- Only a dispatched run takes relays: running, or paused while running (a run paused before dispatch has none).
@@ -26,5 +29,5 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     finishRun(runId, 'failed', now, e[4], tonumber(ARGV[8]))
   end
 end
-redis.call('HSET', runMeta(runId), 'updated_at', now)
+redis.call('HSET', runMeta(runId), 'updated_at', now, 'last_batch_id', batchId)
 return seq

@@ -133,6 +133,8 @@ export const relayBody = {
     events: { type: 'array', minItems: 1, maxItems: 500, items: relayedEvent },
     worker_id: id,
     lease_id: text(64),
+    /** Names a batch so a retry after a lost reply is not stored twice. */
+    batch_id: { type: 'string', minLength: 1, maxLength: 64 },
   },
 } as const;
 
@@ -143,6 +145,7 @@ export interface RelayBody {
   events?: { event_type: string; source?: string; payload?: unknown }[];
   worker_id?: string;
   lease_id?: string;
+  batch_id?: string;
 }
 
 export const eventsQuery = {
