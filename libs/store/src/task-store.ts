@@ -138,6 +138,12 @@ export class TaskStore {
     return toTaskRecord(meta, roster ?? {});
   }
 
+  /** What a watch needs to start: workspace (auth), status and last seq, in one read; null when there is no task. */
+  async taskHead(taskId: string): Promise<{ workspace_id: string; status: TaskStatus; last_seq: number } | null> {
+    const [workspaceId, status, seq] = await this.redis.hmget(this.keys.task(taskId).meta, 'workspace_id', 'status', 'seq');
+    return workspaceId && status ? { workspace_id: workspaceId, status: status as TaskStatus, last_seq: Number(seq ?? 0) } : null;
+  }
+
   /** The workspace a task belongs to, or null when there is no such task: one cheap read for auth checks. */
   async workspaceOf(taskId: string): Promise<string | null> {
     return this.redis.hget(this.keys.task(taskId).meta, 'workspace_id');

@@ -97,7 +97,9 @@ export class TaskService {
    * already has everything (a finished task read up to its last event).
    */
   async watch(principal: Principal, taskId: string, afterSeq: number): Promise<LogWatcher<TeamEvent> | null> {
-    const task = await this.get(principal, taskId);
+    checkTaskId(taskId);
+    const task = await this.deps.store.taskHead(taskId);
+    if (!task || !canAccess(principal, task.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
     if (afterSeq > task.last_seq) {
       throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of task ${taskId}'s log (last seq ${task.last_seq})`);
     }
