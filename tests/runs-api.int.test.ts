@@ -145,5 +145,23 @@ describe('runs API: the original contract', () => {
     const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
     expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched', 'tool-call', 'tool-result', 'streaming-complete']);
   });
+
+  it('releases a dispatched run whose acking worker reports ready (it dropped the run); original workers keep theirs', async () => {
+    for (const [ws, acks, released] of [['ws-f', [], true], ['ws-g', undefined, false]] as const) {
+      const { body } = await call('POST', '/api/runs/', { workspace_id: ws, query: 'drop me?' });
+      const runId = body.run.run_id;
+      await call('POST', '/api/runs/workers/heartbeat', { workspace_id: ws, worker_id: 'vm', status: 'ready', ...(acks && { acked_command_ids: acks }) });
+      await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'vm' });
+      await call('POST', '/api/runs/workers/heartbeat', { workspace_id: ws, worker_id: 'vm', status: 'ready', ...(acks && { acked_command_ids: acks }) });
+      const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
+      if (released) {
+        // Released and, the worker being ready, handed straight back to it as a new attempt.
+        expect(types.slice(3)).toEqual(['run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+      } else {
+        expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched']);
+        expect((await call('GET', `/api/runs/${runId}`)).body.run.status).toBe('running');
+      }
+    }
+  });
 });
 

@@ -67,6 +67,9 @@ export class RunExecutor {
   /** One heartbeat answer: controls first (a stop frees this agent), then the assignment. */
   handle(res: HeartbeatResponse): void {
     for (const command of res.control_commands) this.applyCommand(command);
+    // The server no longer binds this agent to the run it is executing (its lease expired while the agent was
+    // away or parked): nobody will resume or stop it, and another agent may have it. Drop it.
+    if (this.current && res.worker.current_run_id !== this.current.runId) this.current.fence();
     if (res.assigned_run) this.accept(res.assigned_run);
   }
 
@@ -304,6 +307,11 @@ class ActiveRun {
 
   abandon(): void {
     if (this.end('abandoned')) this.log.warn('abandoning the run; its lease will expire and it will be requeued');
+  }
+
+  /** The gateway says this agent no longer holds the run. */
+  fence(): void {
+    if (this.end('fenced')) this.log.info('the gateway no longer binds this agent to the run; dropping it');
   }
 
   /** Ends the run early: aborts the model call and running tools, sends nothing more. False if already ending. */

@@ -15,7 +15,8 @@ export interface ModelTurn {
 /**
  * One streaming chat completion, assembled from its deltas: content concatenated, tool calls keyed by their index
  * with arguments concatenated, usage from the final usage chunk. Throws an AbortError if `signal` ends the stream
- * (openai's iterator just stops on abort, which would otherwise look like a short answer).
+ * (openai's iterator just stops on abort, which would otherwise look like a short answer), and an Error if the
+ * stream ends without a finish_reason.
  */
 export async function streamModelTurn(
   client: OpenAI,
@@ -27,6 +28,7 @@ export async function streamModelTurn(
     { signal },
   );
   let content = '';
+  let finished = false;
   const calls = new Map<number, ChatCompletionMessageFunctionToolCall>();
   const usage: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
   for await (const chunk of stream) {
@@ -36,7 +38,9 @@ export async function streamModelTurn(
       usage.total_tokens += chunk.usage.total_tokens;
     }
     // Only the first choice: the loop never asks for n > 1.
-    const delta = chunk.choices.find((choice) => choice.index === 0)?.delta;
+    const choice = chunk.choices.find((c) => c.index === 0);
+    if (choice?.finish_reason) finished = true;
+    const delta = choice?.delta;
     if (!delta) continue;
     if (delta.content) content += delta.content;
     for (const part of delta.tool_calls ?? []) {
@@ -51,6 +55,9 @@ export async function streamModelTurn(
     }
   }
   if (signal.aborted) throw abortError(signal);
+  // openai's iterator also just stops when the body ends early: without a finish_reason the answer (or a tool
+  // call's arguments) may be cut off, so it is a model error rather than a short result.
+  if (!finished) throw new Error('the model stream ended before a finish_reason (connection cut mid-answer?)');
   const toolCalls = [...calls.entries()]
     .sort(([a], [b]) => a - b)
     .map(([index, call]) => (call.id ? call : { ...call, id: `call_${index}` }));

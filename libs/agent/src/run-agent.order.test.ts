@@ -50,6 +50,7 @@ describe('runAgent with several tool calls in one response', () => {
       [
         { choices: [{ index: 0, finish_reason: null, delta: { content: 'done' } }] },
         { choices: [{ index: 0, finish_reason: null, delta: { content: ' here' } }] },
+        { choices: [{ index: 0, finish_reason: 'stop', delta: {} }] },
         { usage: { prompt_tokens: 20, completion_tokens: 2, total_tokens: 22 } },
       ],
     ]);
@@ -88,7 +89,7 @@ describe('runAgent with several tool calls in one response', () => {
   it('keeps model order when the first call finishes last', async () => {
     const finished: string[] = [];
     const toolCall = (index: number, id: string, name: string) => ({
-      choices: [{ index: 0, finish_reason: null, delta: { tool_calls: [{ index, id, type: 'function' as const, function: { name, arguments: '{}' } }] } }],
+      choices: [{ index: 0, finish_reason: 'tool_calls' as const, delta: { tool_calls: [{ index, id, type: 'function' as const, function: { name, arguments: '{}' } }] } }],
     });
     const { client, requests } = fakeClient([
       [toolCall(0, 'a', 'slow'), toolCall(1, 'b', 'fast')],
@@ -107,7 +108,7 @@ describe('runAgent with several tool calls in one response', () => {
 
   it('fails with tool_error when a tool aborts on its own', async () => {
     const { client } = fakeClient([
-      [{ choices: [{ index: 0, finish_reason: null, delta: { tool_calls: [{ index: 0, id: 'a', type: 'function', function: { name: 'fetcher', arguments: '{}' } }] } }] }],
+      [{ choices: [{ index: 0, finish_reason: 'tool_calls', delta: { tool_calls: [{ index: 0, id: 'a', type: 'function', function: { name: 'fetcher', arguments: '{}' } }] } }] }],
     ]);
     const fetcher: AgentTool = {
       name: 'fetcher',
@@ -126,4 +127,18 @@ describe('runAgent with several tool calls in one response', () => {
     });
     expect(outcome).toMatchObject({ ok: false, reason: 'tool_error', turns: 1 });
   });
+
+  it('treats a stream that ends without a finish_reason as a model error, not a short answer', async () => {
+    const { client } = fakeClient([[{ choices: [{ index: 0, finish_reason: null, delta: { content: 'half an ans' } }] }]]);
+    const outcome = await runAgent({
+      client,
+      spec: { role: 'r', instructions: 'i', model: 'm', tools: [], maxTurns: 3, timeoutMs: 5_000 },
+      input: 'go',
+      signal: new AbortController().signal,
+      hooks: { onTurn: async () => {}, onToolCall: async () => {} },
+    });
+    expect(outcome).toMatchObject({ ok: false, reason: 'model_error' });
+    expect((outcome as { message: string }).message).toMatch(/finish_reason/);
+  });
 });
+

@@ -6,7 +6,8 @@
   redelivered until acked, so a lost response loses nothing; without it (ARGV[5] = '') each command is delivered
   once, as the original API did.
   A run assigned but not yet dispatched is sent again on every heartbeat, so a lost response cannot strand it; a
-  new session_id for the same worker id releases the run the old session held.
+  new session_id for the same worker id, or an acking worker reporting `ready` while it holds a dispatched run,
+  releases that run (it goes back to the queue as a lost attempt).
   KEYS[1] <base>:workers
   ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, status, metadata)
   ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
@@ -20,10 +21,20 @@ local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[3]), tonumber
 local now = nowMs()
 -- The same worker id in a new session (a restarted VM agent) no longer holds what the old session held: its lease
 -- ends now, so the run goes back to the queue instead of waiting for a worker that forgot it.
+-- Likewise a Cadre worker (one that acks, ARGV[5] ~= '') reporting `ready` while it holds a dispatched run has
+-- dropped it (e.g. it gave up on a lost reply). Original workers (no acks) keep the original semantics.
 local previous = loadWorker(incoming.worker_id)
-if previous and previous.run_id and previous.session_id and incoming.session_id
-    and previous.session_id ~= '' and previous.session_id ~= incoming.session_id then
-  if redis.call('ZSCORE', expiryKey, previous.run_id) then redis.call('ZADD', expiryKey, 0, previous.run_id) end
+if previous and previous.run_id then
+  local newSession = previous.session_id and incoming.session_id and previous.session_id ~= ''
+    and previous.session_id ~= incoming.session_id
+  local dropped = false
+  if ARGV[5] ~= '' and incoming.status == 'ready' then
+    local status, pausedFrom = unpack(redis.call('HMGET', runMeta(previous.run_id), 'status', 'paused_from'))
+    dropped = status == 'running' or (status == 'paused' and pausedFrom == 'running')
+  end
+  if (newSession or dropped) and redis.call('ZSCORE', expiryKey, previous.run_id) then
+    redis.call('ZADD', expiryKey, 0, previous.run_id)
+  end
 end
 local lost = expireLeases(now, maxAttempts, maxLen, channel, retention)
 
