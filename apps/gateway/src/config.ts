@@ -17,6 +17,8 @@ export function gatewayConfig(env: Env) {
     watcherBufferLimit: int('CADRE_WATCHER_BUFFER', 1024, { min: 16 }),
     bodyLimitBytes: int('CADRE_BODY_LIMIT_BYTES', 1024 * 1024, { min: 1024 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 10_000, { min: 0 }),
+    /** Set by `npm start`: stop when the stack process goes away. */
+    exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
     runsControlApiKey: str('RUNS_CONTROL_API_KEY'),
     // As the original: an invalid or non-positive cap means 1.

@@ -1,8 +1,9 @@
+import { onShutdown } from '@cadre/lifecycle';
 import { createLogger } from '@cadre/observability';
 import { gatewayConfig } from './config.ts';
 import { startGateway } from './gateway.ts';
 
-// Composition root: config → logger → gateway (REST + gRPC on one port) → graceful close on SIGTERM/SIGINT.
+// Composition root: config → logger → gateway (REST + gRPC on one port) → graceful close on a signal.
 const config = gatewayConfig(process.env);
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
 if (!config.redisUrl) {
@@ -11,14 +12,11 @@ if (!config.redisUrl) {
 }
 const gateway = await startGateway({ ...config, redisUrl: config.redisUrl }, logger);
 
-let closing = false;
-const shutdown = async (signal: string): Promise<void> => {
-  if (closing) return;
-  closing = true;
-  logger.info({ signal }, 'gateway draining');
-  await gateway.close();
-  logger.info('gateway stopped');
-  process.exit(0);
-};
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+onShutdown({
+  exitWithParent: config.exitWithParent,
+  log: (reason) => logger.info({ reason }, 'gateway draining'),
+  close: async () => {
+    await gateway.close();
+    logger.info('gateway stopped');
+  },
+});

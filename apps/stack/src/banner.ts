@@ -12,8 +12,9 @@ export interface BannerInfo {
   workers: number;
   workerConcurrency: number;
   vmAgents: number;
-  /** The runs API (x-windie-runs-key) takes the same key. */
-  runsKeyIsDevKey: boolean;
+  /** The runs API's key (x-windie-runs-key) when the stack generated it; undefined when from RUNS_API_KEY. */
+  devRunsKey: string | undefined;
+  devRunsKeyFile: string;
   dataDir: string;
 }
 
@@ -59,12 +60,13 @@ export function renderBanner(info: BannerInfo): string {
     `  Model         ${model}`,
     `  Workers       ${info.workers} process${info.workers === 1 ? '' : 'es'} x ${info.workerConcurrency} concurrent jobs  (WORKERS, WORKER_CONCURRENCY)`,
     `  VM agents     ${info.vmAgents} serving workspace "default"  (VM_AGENTS=0 turns them off)`,
-    `  Runs API      x-windie-runs-key: ${info.runsKeyIsDevKey ? 'the same key' : 'from RUNS_API_KEY'}`,
+    `  Runs key      ${info.devRunsKey !== undefined ? `${info.devRunsKey}  (x-windie-runs-key; dev key, kept in ${info.devRunsKeyFile})` : 'from RUNS_API_KEY (not shown)'}`,
     `  Data          ${info.dataDir}`,
     '',
     '  Try it (bash, from the repository; the create call keeps the new task id in $TASK):',
     '',
     `    ${exportKey}`,
+    `    ${info.devRunsKey !== undefined ? `export RUNS_KEY=${info.devRunsKey}` : 'export RUNS_KEY="$RUNS_API_KEY"'}`,
     `    TASK=$(curl -s -XPOST ${base}/api/tasks ${auth} -H 'content-type: application/json' \\`,
     `      -d '${TASK_BODY}' | tee /dev/stderr | grep -o '"task_id":"[^"]*"' | cut -d'"' -f4); echo`,
     `    curl -s ${base}/api/tasks/$TASK ${auth}`,
@@ -76,9 +78,9 @@ export function renderBanner(info: BannerInfo): string {
     '',
     '  A run for the VM agents (it runs a shell command in the agent\'s working directory):',
     '',
-    `    RUN=$(curl -s -XPOST ${base}/api/runs/ -H "x-windie-runs-key: $KEY" -H 'content-type: application/json' \\`,
+    `    RUN=$(curl -s -XPOST ${base}/api/runs/ -H "x-windie-runs-key: $RUNS_KEY" -H 'content-type: application/json' \\`,
     `      -d '${RUN_BODY}' | tee /dev/stderr | grep -o '"run_id":"[^"]*"' | head -1 | cut -d'"' -f4); echo`,
-    `    curl -s "${base}/api/runs/$RUN/events?after_seq=0" -H "x-windie-runs-key: $KEY"`,
+    `    curl -s "${base}/api/runs/$RUN/events?after_seq=0" -H "x-windie-runs-key: $RUNS_KEY"`,
     '',
     '  Events: poll with after_seq = the last reply\'s next_after_seq; the stream and WatchTeam end after the task\'s last event.',
     '  Ctrl-C (or SIGTERM) stops everything; a second Ctrl-C kills at once.',

@@ -1,4 +1,4 @@
-import { hostname } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 // `npm start`: the whole stack on embedded defaults (DESIGN "Embedded defaults"). Composition root:
 // config → Redis (REDIS_URL or a private redis-server) → model (OPENAI_BASE_URL or the scripted model in-process)
 // → API key → gateway and worker processes → wait for /readyz → banner; then supervise until a signal or a crash.
@@ -166,6 +166,9 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   const devKey = config.apiKey === undefined ? loadOrCreateDevApiKey(keyFile) : undefined;
   if (devKey?.created) stack.say(`generated a dev API key in ${keyFile}`);
   const apiKey = config.apiKey ?? devKey!.key;
+  // The runs API has its own key: VM agents hold it, and it must not open the tasks API or gRPC.
+  const runsKeyFile = join(config.dataDir, 'dev-runs-key');
+  const runsKey = config.runsApiKey ?? loadOrCreateDevApiKey(runsKeyFile).key;
 
   const env: Record<string, string | undefined> = {
     ...config.passthroughEnv,
@@ -173,8 +176,9 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     OPENAI_BASE_URL: openaiBaseUrl,
     OPENAI_API_KEY: openaiApiKey,
     CADRE_API_KEY: apiKey,
-    // The runs API shares the dev key unless one is given, so the banner's one key works everywhere.
-    RUNS_API_KEY: config.runsApiKey ?? apiKey,
+    RUNS_API_KEY: runsKey,
+    // Every child stops if this process dies without stopping it (kill -9), so nothing is left behind.
+    CADRE_EXIT_WITH_PARENT: 'true',
     PORT: String(config.port),
     HOST: config.host,
     LOG_LEVEL: config.logLevel,
@@ -191,7 +195,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
       VM_AGENT_WORKSPACE_ID: env.VM_AGENT_WORKSPACE_ID ?? 'default',
       VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,
-      VM_AGENT_WORKDIR: join(config.dataDir, `vm-agent-${i}`),
+      // Outside the data dir: a run's shell must not find the dev keys next to its working directory.
+      VM_AGENT_WORKDIR: join(tmpdir(), 'cadre-vm-agents', `vm-agent-${i}`),
     });
   }
 
@@ -214,7 +219,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       workers: config.workers,
       workerConcurrency: config.workerConcurrency,
       vmAgents: config.vmAgents,
-      runsKeyIsDevKey: config.runsApiKey === undefined,
+      devRunsKey: config.runsApiKey === undefined ? runsKey : undefined,
+      devRunsKeyFile: runsKeyFile,
       dataDir: config.dataDir,
     }),
   );
@@ -234,6 +240,8 @@ try {
 const stack = new Stack(config);
 process.on('SIGINT', () => stack.onSignal('SIGINT'));
 process.on('SIGTERM', () => stack.onSignal('SIGTERM'));
+// A closed terminal or a dropped ssh session: stop everything rather than leave the children behind.
+process.on('SIGHUP', () => stack.onSignal('SIGHUP'));
 // A closed terminal or pipe must not crash the stack mid-shutdown (children would then be SIGKILLed).
 process.stdout.on('error', () => undefined);
 process.stderr.on('error', () => undefined);

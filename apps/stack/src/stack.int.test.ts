@@ -81,8 +81,12 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     const task = (await (await fetch(`${base}/api/tasks/${taskId}`, { headers })).json()) as { task: { status: string } };
     expect(task.task.status).toBe('completed');
 
-    // The stack's vm-agent serves workspace `default` with the same dev key on the runs API.
-    const runsHeaders = { 'x-windie-runs-key': key!, 'content-type': 'application/json' };
+    // The stack's vm-agent serves workspace `default`; the runs API has its own dev key, which the tasks API refuses.
+    const runsKey = /export RUNS_KEY=(\S+)/.exec(output)?.[1];
+    expect(runsKey).toBeDefined();
+    expect(runsKey).not.toBe(key);
+    expect((await fetch(`${base}/api/tasks/${taskId}`, { headers: { authorization: `Bearer ${runsKey}` } })).status).toBe(401);
+    const runsHeaders = { 'x-windie-runs-key': runsKey!, 'content-type': 'application/json' };
     const run = await fetch(`${base}/api/runs/`, { method: 'POST', headers: runsHeaders, body: JSON.stringify({ workspace_id: 'default', query: 'Say hello' }) });
     expect(run.status).toBe(200);
     const runId = ((await run.json()) as { run: { run_id: string } }).run.run_id;

@@ -1,6 +1,6 @@
 import { hostname, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { int, readConfig, str, url, type Env } from '@cadre/config';
+import { bool, int, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the vm-agent; parsed once at start-up and passed in. */
 export function vmAgentConfig(env: Env) {
@@ -22,6 +22,8 @@ export function vmAgentConfig(env: Env) {
     shellTimeoutMs: int('VM_AGENT_SHELL_TIMEOUT_MS', 10_000, { min: 100, max: 3_600_000 }),
     logLevel: str('LOG_LEVEL', 'info'),
     shutdownGraceMs: int('VM_AGENT_SHUTDOWN_GRACE_MS', 5_000, { min: 0 }),
+    /** Set by `npm start`: stop when the stack process goes away. */
+    exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
   });
   return {
     ...config,

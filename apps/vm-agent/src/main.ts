@@ -1,13 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { createModelClient } from '@cadre/agent';
+import { onShutdown } from '@cadre/lifecycle';
 import { createLogger } from '@cadre/observability';
 import { vmAgentConfig } from './config.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { HeartbeatLoop } from './heartbeat.ts';
 import { RunExecutor } from './run-executor.ts';
 
-// Composition root: config → logger → gateway client → executor + heartbeat loop → drain on SIGTERM/SIGINT.
+// Composition root: config → logger → gateway client → executor + heartbeat loop → drain on a signal.
 const config = vmAgentConfig(process.env);
 const logger = createLogger({ name: 'vm-agent', level: config.logLevel }).child({ workerId: config.workerId });
 const missing = [
@@ -52,15 +53,14 @@ logger.info({ workdir: config.workdir, model: config.model }, 'vm-agent started'
 // heartbeating, its lease expires and the gateway requeues it (run-worker-lost, run-requeued) for another agent.
 // Failing it with `error {reason: 'worker_shutdown'}` would be quicker but turns every deploy or scale-down into
 // user-visible failures; the price of handing back is RUNS_WORKER_TTL_MS of delay and one of RUNS_MAX_ATTEMPTS.
-const shutdown = async (signal: string): Promise<void> => {
-  if (draining) return;
-  draining = true;
-  executor.stopAccepting();
-  logger.info({ signal, runId: executor.currentRunId, graceMs: config.shutdownGraceMs }, 'vm-agent draining');
-  if (!(await executor.whenIdle(config.shutdownGraceMs))) await executor.abandon();
-  await heartbeat.stop();
-  logger.info('vm-agent stopped');
-  process.exit(0);
-};
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+onShutdown({
+  exitWithParent: config.exitWithParent,
+  log: (reason) => logger.info({ reason, runId: executor.currentRunId, graceMs: config.shutdownGraceMs }, 'vm-agent draining'),
+  close: async () => {
+    draining = true;
+    executor.stopAccepting();
+    if (!(await executor.whenIdle(config.shutdownGraceMs))) await executor.abandon();
+    await heartbeat.stop();
+    logger.info('vm-agent stopped');
+  },
+});

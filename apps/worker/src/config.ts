@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { int, readConfig, str, url, type Env } from '@cadre/config';
+import { bool, int, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the worker pool; parsed once at start-up. */
 export function workerConfig(env: Env) {
@@ -22,6 +22,8 @@ export function workerConfig(env: Env) {
     /** How many times a job may lose its worker before it fails for good. */
     maxAttempts: int('CADRE_MAX_ATTEMPTS', 3, { min: 1, max: 20 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
+    /** Set by `npm start`: stop when the stack process goes away. */
+    exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     metricsPort: int('WORKER_METRICS_PORT', 0, { min: 0, max: 65535 }),
   });
 }

@@ -1,8 +1,9 @@
+import { onShutdown } from '@cadre/lifecycle';
 import { createLogger } from '@cadre/observability';
 import { workerConfig } from './config.ts';
 import { startWorkerPool } from './worker-pool.ts';
 
-// Composition root: config → logger → worker pool → drain on SIGTERM/SIGINT.
+// Composition root: config → logger → worker pool → drain on a signal.
 const config = workerConfig(process.env);
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 const missing = (['redisUrl', 'openaiBaseUrl', 'openaiApiKey'] as const).filter((k) => !config[k]);
@@ -15,14 +16,11 @@ const pool = await startWorkerPool(
   logger,
 );
 
-let closing = false;
-const shutdown = async (signal: string): Promise<void> => {
-  if (closing) return;
-  closing = true;
-  logger.info({ signal }, 'worker draining');
-  await pool.close();
-  logger.info('worker stopped');
-  process.exit(0);
-};
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+onShutdown({
+  exitWithParent: config.exitWithParent,
+  log: (reason) => logger.info({ reason }, 'worker draining'),
+  close: async () => {
+    await pool.close();
+    logger.info('worker stopped');
+  },
+});

@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
 
 export type { Logger };
@@ -18,13 +19,38 @@ const REDACT = [
   '*.password',
 ];
 
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Standard output, written synchronously. A full pipe (EAGAIN) is retried for up to ~100 ms and then the line is
+ * dropped; a pipe nobody reads any more (EPIPE: the process that started us died) drops it at once. pino's default
+ * destination retries EPIPE for ever while flushing at exit, which left orphaned processes spinning.
+ */
+const stdout = {
+  write(line: string): void {
+    let bytes = Buffer.from(line);
+    for (let tries = 0; bytes.length > 0; ) {
+      try {
+        bytes = bytes.subarray(writeSync(1, bytes));
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if ((code !== 'EAGAIN' && code !== 'EBUSY') || ++tries > 100) return;
+        Atomics.wait(pause, 0, 0, 1);
+      }
+    }
+  },
+};
+
 /** The one logger factory: JSON lines, child loggers carry taskId/workerId. */
 export function createLogger(opts: { name: string; level?: string }): Logger {
-  return pino({
-    name: opts.name,
-    level: opts.level ?? 'info',
-    redact: { paths: REDACT, censor: '[redacted]' },
-    base: { pid: process.pid },
-    timestamp: pino.stdTimeFunctions.isoTime,
-  });
+  return pino(
+    {
+      name: opts.name,
+      level: opts.level ?? 'info',
+      redact: { paths: REDACT, censor: '[redacted]' },
+      base: { pid: process.pid },
+      timestamp: pino.stdTimeFunctions.isoTime,
+    },
+    stdout,
+  );
 }

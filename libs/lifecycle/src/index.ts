@@ -1,0 +1,33 @@
+// How every Cadre process stops: once, on the first of SIGTERM, SIGINT or SIGHUP, or when the process that
+// started it goes away (`npm start` sets that up for its children, so a stack killed with -9 leaves nothing behind).
+
+export interface ShutdownOptions {
+  /** Drains and closes; the process exits 0 when it resolves, 1 if it throws. */
+  close(reason: string): Promise<void>;
+  /** Also stop when re-parented (our parent died). */
+  exitWithParent?: boolean;
+  log?(reason: string): void;
+}
+
+export function onShutdown(opts: ShutdownOptions): void {
+  let closing = false;
+  const stop = (reason: string): void => {
+    if (closing) return;
+    closing = true;
+    opts.log?.(reason);
+    opts.close(reason).then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
+  if (opts.exitWithParent) {
+    const parent = process.ppid;
+    // A chained timer, unref'd: it never keeps the process alive by itself.
+    const check = (): void => {
+      if (process.ppid !== parent) return stop(`parent ${parent} exited`);
+      setTimeout(check, 500).unref();
+    };
+    setTimeout(check, 500).unref();
+  }
+}
