@@ -107,28 +107,36 @@ export class AgentJobProcessor {
 
   private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController, claimed: ClaimResult['kind']): Promise<AgentJobResult> {
     if (job.data.step === 'plan') {
-      // Numbered from a fixed base, so a plan step retried after a crash names the same workers (addWorkers and
-      // BullMQ job ids then dedupe them) instead of adding a second team.
-      const { tool, spawned } = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.team.workers.length + 1, defaultModel: lead.model });
-      const outcome = await this.runLoop(task, lead, lease, [tool], `Team goal: ${task.goal}`, ac.signal);
-      if (!outcome.ok || spawned.length === 0) {
-        // The lead answered alone (or failed): its answer is the task's.
-        return this.finish(job, lease, task, lead, outcome, { usage: outcome.usage });
+      let team: string[];
+      if (task.roster_size > 1 + task.team.workers.length) {
+        // An earlier attempt planned and added its workers, then died: keep that team (asking the model again
+        // could name other workers and double it) and make sure each has its job.
+        const roster = (await this.deps.store.getTask(task.task_id))?.workers ?? [];
+        team = roster.map((w) => w.worker_id).filter((id) => id !== LEAD_WORKER_ID);
+      } else {
+        // Numbered from a fixed base, so a plan retried before its workers were added names the same workers.
+        const planned = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.team.workers.length + 1, defaultModel: lead.model });
+        const outcome = await this.runLoop(task, lead, lease, [planned.tool], `Team goal: ${task.goal}`, ac.signal);
+        if (!outcome.ok || planned.spawned.length === 0) {
+          // The lead answered alone (or failed): its answer is the task's.
+          return this.finish(job, lease, task, lead, outcome, { usage: outcome.usage });
+        }
+        await this.deps.store.addWorkers(task.task_id, lease, planned.spawned);
+        team = planned.spawned.map((w) => w.worker_id);
       }
-      await this.deps.store.addWorkers(task.task_id, lease, spawned);
       await this.deps.queue.queue.addBulk(
-        spawned.map((w) => ({
+        team.map((workerId) => ({
           name: 'worker',
-          data: { taskId: task.task_id, workerId: w.worker_id },
-          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(task.task_id, w.worker_id), parent: { id: job.id!, queue: job.queueQualifiedName }, ignoreDependencyOnFailure: true },
+          data: { taskId: task.task_id, workerId },
+          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(task.task_id, workerId), parent: { id: job.id!, queue: job.queueQualifiedName }, ignoreDependencyOnFailure: true },
         })),
       );
       await job.updateData({ ...job.data, step: 'synthesize' });
       await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
       await this.waitForChildren(job, lease, task);
-    } else if (task.mode === 'planned' && claimed === 'started') {
-      // A synthesize step that did not come back from waiting: its attempt died between planning and waiting.
-      // Its children may still be running, so wait for them first.
+    } else if (task.mode === 'planned' && (claimed === 'started' || (await job.getDependenciesCount({ unprocessed: true })).unprocessed)) {
+      // A synthesize step that did not come back from waiting (its attempt died between planning and waiting), or
+      // came back too early: its children may still be running, so wait for them first.
       await this.waitForChildren(job, lease, task);
     }
     return this.synthesize(job, lease, task, lead, ac);
