@@ -117,6 +117,34 @@ describe('crash safety', () => {
   });
 });
 
+describe('crash safety of a planning lead', () => {
+  it('re-plans the same team after the lead dies mid-plan: no duplicated workers, contiguous log', async () => {
+    const env = { CADRE_JOB_LOCK_MS: '1500' };
+    const first = await stack.spawnWorkerProcess(env);
+    const res = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'ops',
+      goal: 'Plan a team [[scripted:spawn=alpha,beta]]',
+      team: { lead: { instructions: 'Plan slowly. [[scripted:delay=1200]]' } },
+    });
+    const taskId = res.body.task.task_id;
+    await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_phase' && e.worker_id === 'lead');
+    first.kill('SIGKILL');
+    const second = await stack.spawnWorkerProcess(env);
+    try {
+      const events = await pollUntilTerminal(stack.url, taskId, 30_000);
+      assertContiguous(events.map((e) => e.seq));
+      expect(events.at(-1)!.event_type).toBe('task_completed');
+      const started = events.filter((e) => e.event_type === 'worker_started').map((e) => `${e.worker_id}#${e.attempt}`);
+      expect(started).toEqual(expect.arrayContaining(['lead#1', 'lead#2', 'alpha-1#1', 'beta-2#1']));
+      expect(started.filter((s) => !s.startsWith('lead'))).toHaveLength(2);
+      const task = await httpClient(stack.url).get<{ task: { workers: { worker_id: string; status: string }[] } }>(`/api/tasks/${taskId}`);
+      expect(task.body.task.workers.map((w) => `${w.worker_id}:${w.status}`)).toEqual(['lead:completed', 'alpha-1:completed', 'beta-2:completed']);
+    } finally {
+      second.kill('SIGKILL');
+    }
+  });
+});
+
 describe('graceful shutdown', () => {
   it('on SIGTERM a worker stops taking jobs, hands its running job back after the grace period, and exits 0', async () => {
     const draining = await stack.spawnWorkerProcess({ CADRE_SHUTDOWN_GRACE_MS: '300' });
