@@ -1,5 +1,6 @@
 // JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's;
-// Cadre's additions are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` on relays).
+// Cadre's additions are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
+import type { HeartbeatInput } from '@cadre/store';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 const id = { type: 'string', minLength: 1, maxLength: 128 } as const;
@@ -68,16 +69,8 @@ export const heartbeatBody = {
   },
 } as const;
 
-export interface HeartbeatBody {
-  workspace_id: string;
-  worker_id: string;
-  vm_id?: string;
-  user_id?: string;
-  session_id?: string;
-  status: string;
-  metadata?: Record<string, unknown>;
-  acked_command_ids?: string[];
-}
+/** The store's heartbeat input as sent: metadata optional, plus Cadre's acknowledgements. */
+export type HeartbeatBody = Omit<HeartbeatInput, 'metadata'> & { metadata?: Record<string, unknown>; acked_command_ids?: string[] };
 
 export const controlBody = {
   type: 'object',
