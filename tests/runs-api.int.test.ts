@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
 import { runsCall } from '@cadre/testing';
+import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 const RUNS_KEY = 'runs-test-key';
@@ -52,6 +54,17 @@ describe('runs API: the original contract', () => {
     expect((await call('POST', `/api/runs/${run.run_id}/control`, { action: 'pause' })).status).toBe(409);
     expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', payload: {} })).status).toBe(409);
     expect((await call('GET', `/api/runs/${run.run_id}`)).body.run).toMatchObject({ status: 'completed', last_seq: 5 });
+    // What is left in Redis: the finished run's keys, its index entry included, expire after the retention.
+    const redis = new Redis(stack.redis.url);
+    try {
+      const keys = new KeyBuilder(stack.prefix);
+      for (const key of [keys.runIndex(run.run_id), `${keys.workspace('ws-a')}:run:${run.run_id}:meta`, `${keys.workspace('ws-a')}:run:${run.run_id}:events`]) {
+        expect(await redis.ttl(key)).toBeGreaterThan(6 * 24 * 3600);
+      }
+      expect(await redis.sismember(`${keys.workspace('ws-a')}:active`, run.run_id)).toBe(0);
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('delivers controls once to legacy workers, and redelivers until acked to acking workers', async () => {

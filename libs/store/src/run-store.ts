@@ -199,13 +199,16 @@ export class RunStore {
     const encoded = events.map((e) => [e.event_type, e.source ?? 'worker', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
     const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec, batchId ?? '');
     if (seq < 0) throw runScriptError(seq, 'relay events');
-    return { run: (await this.getRun(runId))!, last_seq: seq };
+    const run = (await this.getRun(runId))!;
+    if (isTerminalRunStatus(run.status)) await this.indexEnds([runId]);
+    return { run, last_seq: seq };
   }
 
   async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunRecord> {
     const ws = await this.requireWorkspace(runId);
     const result = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
     if (typeof result === 'number' && result < 0) throw runScriptError(result, action);
+    if (result === 'stopped') await this.indexEnds([runId]);
     return (await this.getRun(runId))!;
   }
 
@@ -215,7 +218,21 @@ export class RunStore {
     const stopped = await Promise.all(
       workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
     );
-    return stopped.flatMap((ids) => list<string>(ids));
+    const ids = stopped.flatMap((batch) => list<string>(batch));
+    await this.indexEnds(ids);
+    return ids;
+  }
+
+  /**
+   * A finished run's index entry (run id → workspace) goes with its keys, after the same retention. It lives in
+   * the run id's own slot, so the scripts that finish a run cannot expire it; runs failed by the lease sweeper
+   * keep theirs (a small string per run).
+   */
+  private async indexEnds(runIds: string[]): Promise<void> {
+    if (runIds.length === 0) return;
+    const pipeline = this.redis.pipeline();
+    for (const id of runIds) pipeline.expire(this.keys.runIndex(id), this.retentionSec);
+    await pipeline.exec();
   }
 
   /** The lease sweeper's pass: every workspace, one script each. */
