@@ -9,6 +9,7 @@ import { isUuid } from '@cadre/protocol';
 import type { VmAgentConfig } from './config.ts';
 import { EventRelay } from './event-relay.ts';
 import { isFenced, isUnavailable, type AssignedRun, type ControlCommand, type GatewayClient, type HeartbeatResponse } from './gateway-client.ts';
+import { ActiveTimeBudget } from './active-time.ts';
 import { RunGate } from './run-gate.ts';
 import { vmTools } from './tools/index.ts';
 
@@ -148,6 +149,8 @@ class ActiveRun {
   private readonly gate: RunGate;
   private readonly relay: EventRelay;
   private ending: Ending | null = null;
+  /** The run's deadline in active time; set when the agent starts. */
+  private budget: ActiveTimeBudget | undefined;
   /** Tool calls of the current turn not yet run, by tool name + canonical arguments → call ids in order. */
   private pendingCalls = new Map<string, string[]>();
 
@@ -213,11 +216,14 @@ class ActiveRun {
 
   private async runAgent(): Promise<Outcome> {
     const { config, model } = this.deps;
+    this.budget = new ActiveTimeBudget(config.runTimeoutMs);
     try {
       const runDir = join(config.workdir, this.runId);
       await mkdir(runDir, { recursive: true });
       return await runAgent({
         client: model,
+        // Paused or overridden time does not count against VM_AGENT_RUN_TIMEOUT_MS.
+        deadline: this.budget.signal,
         spec: {
           role: this.assigned.agent_id || 'vm',
           instructions: INSTRUCTIONS,
@@ -239,6 +245,8 @@ class ActiveRun {
       });
     } catch (err) {
       return { ok: false, reason: 'agent_error', message: err instanceof Error ? err.message : String(err) };
+    } finally {
+      this.budget.dispose();
     }
   }
 
@@ -246,7 +254,9 @@ class ActiveRun {
   private async onTurn(turn: number): Promise<void> {
     if (this.gate.closed) {
       this.log.info({ turn, controlMode: this.gate.mode }, 'parked at the turn boundary');
+      this.budget?.pause();
       await this.gate.pass(this.controller.signal);
+      this.budget?.resume();
       if (this.controller.signal.aborted) return;
       this.log.info({ turn }, 'continuing');
     }

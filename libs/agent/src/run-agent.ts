@@ -16,7 +16,7 @@ import type { AgentFailureReason, AgentOutcome, AgentTool, RunAgentOptions, Tool
  */
 export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
   const { client, spec, input, hooks } = opts;
-  const deadline = AbortSignal.timeout(spec.timeoutMs);
+  const deadline = opts.deadline ?? AbortSignal.timeout(spec.timeoutMs);
   const signal = AbortSignal.any([opts.signal, deadline]);
   const toolsByName = new Map(spec.tools.map((tool) => [tool.name, tool]));
   const tools: ChatCompletionFunctionTool[] = spec.tools.map((tool) => ({

@@ -48,4 +48,9 @@ export interface RunAgentOptions {
   input: string;
   signal: AbortSignal;
   hooks: AgentHooks;
+  /**
+   * The agent's deadline, when the caller keeps its own clock (e.g. one that stops while a run is paused);
+   * it fires as the `timeout` outcome. Default: `spec.timeoutMs` of wall-clock time from the start.
+   */
+  deadline?: AbortSignal;
 }
