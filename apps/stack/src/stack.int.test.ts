@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 import { findFreePort } from '@cadre/embedded-redis';
+import { isProcessAlive } from '@cadre/testing';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const TASK_BODY = {
@@ -14,14 +15,6 @@ const TASK_BODY = {
   team: { workers: [{ role: 'researcher', instructions: 'List the pros.' }, { role: 'critic', instructions: 'List the cons.' }] },
 };
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, timeoutMs: number, output: () => string): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -99,8 +92,8 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     stack.kill('SIGTERM');
     const code = await Promise.race([exited, sleep(30_000).then(() => 'still running')]);
     expect(code, output).toBe(0);
-    expect(isAlive(redisPid)).toBe(false);
-    for (const pid of childPids) expect(isAlive(pid)).toBe(false);
+    expect(isProcessAlive(redisPid)).toBe(false);
+    for (const pid of childPids) expect(isProcessAlive(pid)).toBe(false);
   } finally {
     if (stack.exitCode === null && stack.signalCode === null) stack.kill('SIGKILL');
     rmSync(dataDir, { recursive: true, force: true });

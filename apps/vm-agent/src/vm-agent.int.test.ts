@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runsCall } from '@cadre/testing';
+import { assertContiguous, isProcessAlive, runsCall } from '@cadre/testing';
 import { TestStack } from '../../../tests/support/stack.ts';
 
 // A real vm-agent OS process against a real gateway, Redis and scripted model.
@@ -50,18 +50,7 @@ async function waitFor<T>(what: string, probe: () => Promise<T | undefined | fal
 const waitForEvent = (runId: string, pred: (e: RunEvent) => boolean, what: string): Promise<RunEvent> =>
   waitFor(what, async () => (await events(runId)).find(pred));
 
-async function isAlive(pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
-function expectContiguous(log: RunEvent[]): void {
-  expect(log.map((e) => e.seq)).toEqual(log.map((_, i) => i + 1));
-}
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1500' } });
@@ -106,7 +95,7 @@ describe('vm-agent: a real process executing runs', () => {
     expect(await status(runId)).toBe('completed');
 
     const log = await events(runId);
-    expectContiguous(log);
+    assertContiguous(log.map((e) => e.seq));
     expect(log.map((e) => [e.event_type, e.source])).toEqual([
       ['run-created', 'backend'],
       ['run-worker-assigned', 'backend'],
@@ -146,19 +135,19 @@ describe('vm-agent: a real process executing runs', () => {
     const pidFile = join(workdir, runId, 'sleep.pid');
     await waitFor('the sleep to start', async () => existsSync(pidFile) && (await readFile(pidFile, 'utf8')).trim() !== '');
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
-    expect(await isAlive(pid)).toBe(true);
+    expect(isProcessAlive(pid)).toBe(true);
 
     const stopped = await call('POST', `/api/runs/${runId}/control`, { action: 'stop', requested_by: 'operator' });
     expect(stopped.status).toBe(200);
     expect(stopped.body.run.status).toBe('stopped');
     // Delivered on the next heartbeat (100 ms), then the process group is SIGKILLed.
-    await waitFor('the sleep to be killed', async () => !(await isAlive(pid)), 3_000);
+    await waitFor('the sleep to be killed', async () => !isProcessAlive(pid), 3_000);
     expect(agent.exitCode).toBeNull();
 
     await sleep(300);
     expect(await status(runId)).toBe('stopped');
     const log = await events(runId);
-    expectContiguous(log);
+    assertContiguous(log.map((e) => e.seq));
     expect(log.at(-1)).toMatchObject({ event_type: 'run-control', payload: { action: 'stop', status: 'stopped' } });
     expect(log.map((e) => e.event_type)).not.toContain('error');
   });
@@ -180,7 +169,7 @@ describe('vm-agent: a real process executing runs', () => {
     expect(await status(runId)).toBe('completed');
 
     const log = await events(runId);
-    expectContiguous(log);
+    assertContiguous(log.map((e) => e.seq));
     const types = log.map((e) => (e.event_type.startsWith('run-control') ? `${e.event_type}:${e.payload.action}` : e.event_type));
     expect(types).toEqual([
       'run-created',
@@ -232,7 +221,7 @@ describe('vm-agent: a real process executing runs', () => {
     const exited = new Promise<number | null>((resolve) => agent.once('exit', (code) => resolve(code)));
     agent.kill('SIGTERM');
     expect(await exited).toBe(0);
-    await waitFor('the sleep to be killed', async () => !(await isAlive(pid)), 1_000);
+    await waitFor('the sleep to be killed', async () => !isProcessAlive(pid), 1_000);
 
     await waitForEvent(runId, (e) => e.event_type === 'run-requeued', 'the run to be requeued');
     expect(await status(runId)).toBe('awaiting_worker');

@@ -1,3 +1,4 @@
 export { startTestRedis, type TestRedis } from './redis.ts';
 export const TEST_API_KEY = 'test-key-all-workspaces';
 export { httpClient, pollUntilTerminal, waitForEvent, grpcClient, watchTeam, assertContiguous, runsCall, type ApiResponse, type RunsResponse } from './api.ts';
+export { isProcessAlive } from './processes.ts';

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isProcessAlive } from '@cadre/testing';
 import { runShell, shellTool } from './shell.ts';
 
 let dir: string;
@@ -16,23 +17,14 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** Alive and not a zombie (a killed child of a killed shell may linger unreaped for a moment). */
-async function isAlive(pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 async function waitUntilDead(pid: number, withinMs: number): Promise<boolean> {
   const deadline = Date.now() + withinMs;
   while (Date.now() < deadline) {
-    if (!(await isAlive(pid))) return true;
+    if (!isProcessAlive(pid)) return true;
     await sleep(20);
   }
-  return !(await isAlive(pid));
+  return !isProcessAlive(pid);
 }
 
 async function pidFrom(file: string): Promise<number> {
@@ -75,7 +67,7 @@ describe('shell tool', () => {
     const controller = new AbortController();
     const run = runShell('sleep 30 & echo $! > sleep.pid; wait', { cwd: dir, timeoutMs: 60_000 }, controller.signal);
     const pid = await pidFrom(join(dir, 'sleep.pid'));
-    expect(await isAlive(pid)).toBe(true);
+    expect(isProcessAlive(pid)).toBe(true);
     controller.abort();
     await expect(run).rejects.toMatchObject({ name: 'AbortError' });
     expect(await waitUntilDead(pid, 1_000)).toBe(true);
