@@ -147,7 +147,8 @@ describe('keys bound to workspaces (CADRE_API_KEYS)', () => {
     const theirs = created.body.task.task_id;
     const missing = randomUUID();
     const key2 = httpClient(urls.bound, KEY2);
-    for (const suffix of ['', '/events', '/events?after_seq=0&limit=5', '/stream']) {
+    // A cursor past the log (410 for the owner) must not reveal the task either.
+    for (const suffix of ['', '/events', '/events?after_seq=0&limit=5', '/events?after_seq=999', '/stream']) {
       const other = await key2.get(`/api/tasks/${theirs}${suffix}`);
       const none = await key2.get(`/api/tasks/${missing}${suffix}`);
       expectError(other, 404, 'not_found', `task ${theirs} not found`);

@@ -85,6 +85,7 @@ export function toApiError(err: unknown): ApiError | undefined {
       case 'task_finished':
         return new ApiError('conflict', err.message);
       case 'cursor_expired':
+      case 'cursor_ahead':
         return new ApiError('out_of_range', err.message);
       case 'run_not_found':
         return new ApiError('not_found', 'run not found');

@@ -66,7 +66,3 @@ export type TeamEvent = TeamEventInput & { seq: number; timestamp: string };
 export function isTerminalTeamEvent(eventType: string): boolean {
   return eventType === 'task_completed' || eventType === 'task_failed' || eventType === 'task_cancelled';
 }
-
-export function terminalEventFor(status: 'completed' | 'failed' | 'cancelled'): TeamEventType {
-  return `task_${status}`;
-}

@@ -7,6 +7,7 @@ export type StoreErrorCode =
   | 'worker_not_found'
   | 'worker_finished'
   | 'cursor_expired'
+  | 'cursor_ahead'
   | 'run_not_found'
   | 'run_finished'
   | 'worker_mismatch'
@@ -56,4 +57,12 @@ export function runScriptError(code: number, what: string): StoreError {
     default:
       return new Error(`${what}: unexpected script result ${code}`) as StoreError;
   }
+}
+
+/** Checks a read cursor against a log: before the oldest retained event, or past the last one, is an error. */
+export function checkCursor(afterSeq: number, lastSeq: number, firstReturnedSeq: number | undefined, what: string): void {
+  if (firstReturnedSeq !== undefined && firstReturnedSeq > afterSeq + 1) {
+    throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${firstReturnedSeq}); restart from after_seq=${firstReturnedSeq - 1} or refetch the ${what}`);
+  }
+  if (afterSeq > lastSeq) throw new StoreError('cursor_ahead', `after_seq ${afterSeq} is ahead of the ${what}'s log (last seq ${lastSeq})`);
 }

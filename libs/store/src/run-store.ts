@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { WatchableLog } from './event-fanout.ts';
-import { runScriptError, StoreError } from './errors.ts';
+import { checkCursor, runScriptError, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import type { StreamEntry } from './event-codec.ts';
@@ -144,14 +144,13 @@ export class RunStore {
   async readEvents(runId: string, afterSeq: number, limit: number): Promise<{ workspace_id: string; events: RunEvent[] } | null> {
     const ws = await this.workspaceOf(runId);
     if (!ws) return null;
-    const replies = await this.redis.multi().hget(this.metaKey(ws, runId), 'run_id').xrange(this.eventsKey(ws, runId), `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
-    const [[e1, exists], [e2, entries]] = replies as [[Error | null, string | null], [Error | null, StreamEntry[]]];
+    const replies = await this.redis.multi().hmget(this.metaKey(ws, runId), 'run_id', 'seq').xrange(this.eventsKey(ws, runId), `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
+    const [[e1, meta], [e2, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
     if (e1 || e2) throw e1 ?? e2;
+    const [exists, seq] = meta;
     if (!exists) return null;
     const events = entries.map(decodeRunEntry);
-    if (events.length > 0 && events[0]!.seq > afterSeq + 1) {
-      throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${events[0]!.seq})`);
-    }
+    checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'run');
     return { workspace_id: ws, events };
   }
 

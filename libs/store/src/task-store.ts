@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
-import { scriptError, StoreError } from './errors.ts';
+import { checkCursor, scriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, type StreamEntry } from './event-codec.ts';
@@ -226,24 +226,23 @@ export class TaskStore {
 
   /**
    * Events with seq > afterSeq, at most `limit`, with the task's workspace and status read in the same round
-   * trip. A cursor that points before the oldest retained event throws cursor_expired, never a silent gap.
+   * trip. A cursor before the oldest retained event throws cursor_expired (never a silent gap); one past the last
+   * event throws cursor_ahead.
    */
   async readEvents(taskId: string, afterSeq: number, limit: number): Promise<EventPage | null> {
     const k = this.keys.task(taskId);
     const replies = await this.redis
       .multi()
-      .hmget(k.meta, 'workspace_id', 'status')
+      .hmget(k.meta, 'workspace_id', 'status', 'seq')
       .xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit)
       .exec();
     const [[metaErr, meta], [rangeErr, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
     if (metaErr) throw metaErr;
     if (rangeErr) throw rangeErr;
-    const [workspaceId, status] = meta;
+    const [workspaceId, status, seq] = meta;
     if (!workspaceId || !status) return null;
     const events = entries.map(decodeEntry);
-    if (events.length > 0 && events[0]!.seq > afterSeq + 1) {
-      throw new StoreError('cursor_expired', `after_seq ${afterSeq} is older than the retained log (oldest retained seq is ${events[0]!.seq}); restart from after_seq=${events[0]!.seq - 1} or refetch the task`);
-    }
+    checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'task');
     return { workspace_id: workspaceId, status: status as TaskStatus, events };
   }
 
