@@ -14,6 +14,7 @@ import { createHash } from 'node:crypto';
  * Runs live under their workspace's tag `{w:<ws>}` (see lua/includes/run-log.lua for the keys derived there):
  *   <prefix>:{w:<ws>}:workers|queue|active|expiry|runs|leases|cmds:<worker>|run:<id>:meta|run:<id>:events
  *   <prefix>:{w:<ws>}:tasks    set: the workspace's unfinished team tasks (for stop-all)
+ *   <prefix>:{w:<ws>}:tasklist zset (scores 0): `<9999999999999 - created ms>:<taskId>`, newest first by member
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
  *
@@ -50,6 +51,11 @@ export class KeyBuilder {
 
   workspaceTasks(workspaceId: string): string {
     return `${this.workspace(workspaceId)}:tasks`;
+  }
+
+  /** The workspace's task listing, newest first (GET /api/tasks). */
+  workspaceTaskList(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:tasklist`;
   }
 
   runIndex(runId: string): string {

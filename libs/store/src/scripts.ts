@@ -50,6 +50,7 @@ export interface StoreScripts {
   finishWorker(...args: ScriptArg[]): Promise<number>;
   addWorkers(...args: ScriptArg[]): Promise<number>;
   cancelTask(...args: ScriptArg[]): Promise<number>;
+  indexTask(...args: ScriptArg[]): Promise<number>;
   createRun(...args: ScriptArg[]): Promise<number>;
   heartbeat(...args: ScriptArg[]): Promise<string>;
   dispatchRun(...args: ScriptArg[]): Promise<number>;

@@ -7,6 +7,7 @@ import { checkCursor, scriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, type StreamEntry } from './event-codec.ts';
+import { listMember, listTasks, TASK_LIST_MAX_ENTRIES, type TaskListPage } from './task-list.ts';
 
 export interface TaskStoreOptions {
   redis: Redis;
@@ -15,6 +16,8 @@ export interface TaskStoreOptions {
   retentionSec?: number;
   /** Events kept per task log; older ones are trimmed and a cursor before them is an explicit error. */
   maxEventsPerTask?: number;
+  /** Entries kept in each workspace's task listing (GET /api/tasks). */
+  taskListMaxEntries?: number;
 }
 
 export interface ClaimResult {
@@ -49,6 +52,7 @@ export class TaskStore {
   private readonly scripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly maxEvents: number;
+  private readonly taskListMax: number;
 
   constructor(opts: TaskStoreOptions) {
     this.redis = opts.redis;
@@ -56,6 +60,7 @@ export class TaskStore {
     this.scripts = scriptsOf(opts.redis);
     this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
     this.maxEvents = opts.maxEventsPerTask ?? DEFAULT_MAX_EVENTS;
+    this.taskListMax = opts.taskListMaxEntries ?? TASK_LIST_MAX_ENTRIES;
   }
 
   private k(taskId: string): string[] {
@@ -108,12 +113,11 @@ export class TaskStore {
       if (!task) throw new Error(`task ${taskId} vanished right after creation`);
       return { task, created: false };
     }
-    await this.redis
-      .pipeline()
-      .hincrby(this.keys.taskStats(), 'queued', 1)
-      .sadd(this.keys.workspaceTasks(input.workspace_id), taskId)
-      .sadd(this.keys.workspaces(), input.workspace_id)
-      .exec();
+    await this.scripts.indexTask(
+      this.keys.workspaceTaskList(input.workspace_id), this.keys.workspaceTasks(input.workspace_id),
+      listMember(created, taskId), taskId, this.taskListMax, listMember(created - this.retentionSec * 1000, ''),
+    );
+    await this.redis.pipeline().hincrby(this.keys.taskStats(), 'queued', 1).sadd(this.keys.workspaces(), input.workspace_id).exec();
     const now = new Date(created).toISOString();
     const task: TaskRecord = {
       task_id: taskId, workspace_id: input.workspace_id, goal: input.goal, status: 'queued', mode, team: input.team, metadata: input.metadata,
@@ -255,6 +259,11 @@ export class TaskStore {
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
       isTerminal: (event) => isTerminalTeamEvent(event.event_type),
     };
+  }
+
+  /** A workspace's tasks, newest first; `afterMember` is a decoded cursor (see task-list.ts). */
+  listTasks(workspaceId: string, opts: { status?: TaskStatus; afterMember?: string; limit: number }): Promise<TaskListPage> {
+    return listTasks(this.redis, this.keys, workspaceId, opts);
   }
 
   /** Unfinished tasks of a workspace (for stop-all). */

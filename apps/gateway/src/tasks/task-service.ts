@@ -1,7 +1,7 @@
 import type { Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
-import { TERMINAL_TASK_STATUSES, isUuid, type TeamEvent } from '@cadre/protocol';
-import { StoreError, type EventFanout, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { TERMINAL_TASK_STATUSES, isUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
+import { StoreError, decodeTaskCursor, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
@@ -49,6 +49,14 @@ export class TaskService {
     }
     if (created) this.deps.logger.info({ taskId: task.task_id, workspaceId: task.workspace_id, mode: task.mode }, 'task created');
     return { task, created };
+  }
+
+  /** A workspace's tasks, newest first, a page at a time (`cursor` is the previous page's next_cursor). */
+  async list(principal: Principal, workspaceId: string, opts: { status?: TaskStatus; cursor?: string; limit: number }): Promise<TaskListPage> {
+    if (!canAccess(principal, workspaceId)) throw new ApiError('permission_denied', `this key is not valid for workspace "${workspaceId}"`);
+    const afterMember = opts.cursor === undefined ? undefined : decodeTaskCursor(opts.cursor);
+    if (afterMember === null) throw new ApiError('invalid_argument', 'cursor is not one this API handed out (pass next_cursor from the previous page)');
+    return this.deps.store.listTasks(workspaceId, { status: opts.status, afterMember, limit: opts.limit });
   }
 
   async get(principal: Principal, taskId: string): Promise<TaskRecord> {

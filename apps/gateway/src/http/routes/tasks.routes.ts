@@ -3,7 +3,7 @@ import { ApiError } from '../../errors.ts';
 import type { Principal } from '../../auth.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { resumeCursor } from '../sse.ts';
-import { cancelBody, createTaskBody, eventsQuery, streamQuery, taskParams, type CreateTaskBody } from '../schemas/tasks.schema.ts';
+import { cancelBody, createTaskBody, eventsQuery, listTasksQuery, streamQuery, taskParams, type CreateTaskBody, type ListTasksQuery } from '../schemas/tasks.schema.ts';
 
 interface TaskParams {
   task_id: string;
@@ -15,7 +15,7 @@ declare module 'fastify' {
   }
 }
 
-/** POST /api/tasks, GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
+/** POST /api/tasks, GET /api/tasks (a workspace's, newest first), GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
 export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
@@ -29,6 +29,11 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     }
     const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKey);
     return reply.status(created ? 201 : 200).send({ task });
+  });
+
+  app.get<{ Querystring: ListTasksQuery }>('/api/tasks', { schema: { querystring: listTasksQuery } }, async (request) => {
+    const { workspace_id, status, cursor, limit } = request.query;
+    return deps.tasks.list(request.principal, workspace_id, { status, cursor, limit: limit ?? 50 });
   });
 
   app.get<{ Params: TaskParams }>('/api/tasks/:task_id', { schema: { params: taskParams } }, async (request) => {

@@ -80,3 +80,22 @@ export const cancelBody = {
   additionalProperties: false,
   properties: { reason: text(500) },
 } as const;
+
+export const listTasksQuery = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id'],
+  properties: {
+    workspace_id: createTaskBody.properties.workspace_id,
+    status: { type: 'string', enum: ['queued', 'running', 'completed', 'failed', 'cancelled'] },
+    cursor: { type: 'string', minLength: 1, maxLength: 200 },
+    limit: { type: 'integer', minimum: 1, maximum: 200 },
+  },
+} as const;
+
+export interface ListTasksQuery {
+  workspace_id: string;
+  status?: 'queued' | 'running' | 'completed' | 'failed' | 'cancelled';
+  cursor?: string;
+  limit?: number;
+}
