@@ -1,8 +1,13 @@
+import { fileURLToPath } from 'node:url';
+
 // Public surface of @cadre/protocol: the team event model, the generated roz.v1 gRPC types, and the
 // mapping between them.
 export * from './team-events.ts';
 export { isUuid } from './ids.ts';
 export { toProtoTeamEvent } from './to-proto.ts';
+
+/** buf's compiled FileDescriptorSet of proto/ (npm run proto:gen), which gRPC reflection serves. */
+export const DESCRIPTOR_SET_PATH = fileURLToPath(new URL('../descriptors/roz.binpb', import.meta.url));
 
 // Generated from proto/roz/v1/agent.proto (npm run proto:gen). TeamEvent and TokenUsage take a Proto
 // suffix because team-events.ts already names the HTTP/SSE shapes that way.

@@ -1,13 +1,13 @@
 // The gateway's gRPC server: our services plus the standard health and reflection services. It binds no
 // port of its own; listenOnePort hands it the HTTP/2 connections that arrive on the shared REST port.
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema, FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
 import { loadSync, type PackageDefinition } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
+import { DESCRIPTOR_SET_PATH } from '@cadre/protocol';
 import { HealthImplementation, protoPath as healthProtoPath } from 'grpc-health-check';
 
 export interface GrpcServiceRegistration {
@@ -31,8 +31,6 @@ export interface GrpcServerHandle {
   close(): Promise<void>;
 }
 
-const DESCRIPTOR_SET = fileURLToPath(new URL('../../../../libs/protocol/descriptors/roz.binpb', import.meta.url));
-
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
   const server = new grpc.Server();
   for (const { definition, implementation } of opts.services) server.addService(definition, implementation);
@@ -46,7 +44,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
     for (const name of healthNames) health.setStatus(name, status);
   };
 
-  new ReflectionService(reflectedFiles(opts.descriptorSetPath ?? DESCRIPTOR_SET)).addToServer(server);
+  new ReflectionService(reflectedFiles(opts.descriptorSetPath ?? DESCRIPTOR_SET_PATH)).addToServer(server);
 
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const graceMs = opts.shutdownGraceMs ?? 5_000;

@@ -168,13 +168,14 @@ function reflectionClient(address: string): ReflectionClient {
 /** Writes each chunk on its own turn of the event loop, then collects the first reply bytes. */
 function rawExchange(chunks: Array<string | Buffer>): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const socket = net.connect(onePort.port, '127.0.0.1', async () => {
+    const writeChunks = async () => {
       socket.setNoDelay(true);
       for (const chunk of chunks) {
         socket.write(chunk);
         await new Promise((r) => setTimeout(r, 20));
       }
-    });
+    };
+    const socket = net.connect(onePort.port, '127.0.0.1', () => void writeChunks());
     socket.once('data', (reply) => {
       socket.destroy();
       resolve(reply);

@@ -30,15 +30,17 @@ export class LeaseSweeper {
 
   private schedule(): void {
     if (this.stopped) return;
-    this.timer = setTimeout(async () => {
-      try {
-        const expired = await this.store.expireLeases();
-        if (expired > 0) this.logger.warn({ expired }, 'run leases expired');
-      } catch (err) {
-        this.logger.error({ err }, 'lease sweep failed');
-      }
-      this.schedule();
-    }, this.intervalMs);
+    this.timer = setTimeout(() => void this.sweep(), this.intervalMs);
     this.timer.unref();
+  }
+
+  private async sweep(): Promise<void> {
+    try {
+      const expired = await this.store.expireLeases();
+      if (expired > 0) this.logger.warn({ expired }, 'run leases expired');
+    } catch (err) {
+      this.logger.error({ err }, 'lease sweep failed');
+    }
+    this.schedule();
   }
 }
