@@ -51,7 +51,7 @@ async function allPages(query: string, limit: number): Promise<{ pages: Page[]; 
   const pages: Page[] = [];
   let cursor: string | null = null;
   do {
-    const res = await api.get<Page>(`/api/tasks?${query}&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    const res: { status: number; body: Page } = await api.get<Page>(`/api/tasks?${query}&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
     expect(res.status).toBe(200);
     pages.push(res.body);
     cursor = res.body.next_cursor;
