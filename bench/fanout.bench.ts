@@ -56,14 +56,14 @@ async function appendAtRate(b: Bench, task: LiveTask, count: number, rate: numbe
   let failed = 0;
   const achieved = await paced(count, rate, (i) => {
     t0[i] = performance.now();
-    b.store.appendWorkerEvent(task.taskId, task.workerId, task.lease, 'worker_phase', { phase: 'bench', mode: 'bench', turn: i }).catch(() => failed++);
+    b.store.appendWorkerEvent(task.taskId, task.workerId, task.lease, 'worker_phase', { phase: 'thinking', mode: 'bench', turn: i }).catch(() => failed++);
   });
   if (failed > 0) throw new Error(`${failed} appends failed`);
   return achieved;
 }
 
 const appendWarmUp = (b: Bench, task: LiveTask): Promise<number> =>
-  b.store.appendWorkerEvent(task.taskId, task.workerId, task.lease, 'worker_phase', { phase: 'warm', mode: 'bench', turn: 0 });
+  b.store.appendWorkerEvent(task.taskId, task.workerId, task.lease, 'worker_phase', { phase: 'thinking', mode: 'warm', turn: 0 });
 
 function cpuMark(gateway?: GatewayProcess): () => Pick<Phase, 'cpu_bench_s' | 'cpu_gateway_s' | 'window_s'> {
   const start = performance.now();
@@ -92,9 +92,9 @@ async function cadrePhase(b: Bench, readers: number, rate: number): Promise<Phas
   const watches = Array.from({ length: readers }, (_, w) =>
     openWatch(clients[w % clients.length]!, task.taskId, task.lastSeq, (e) => {
       if (e.event?.$case !== 'workerPhase') return;
-      const { phase, turn } = e.event.value;
-      if (phase === 'warm') warm++;
-      else if (phase === 'bench') {
+      const { mode, turn } = e.event.value;
+      if (mode === 'warm') warm++;
+      else if (mode === 'bench') {
         lat[w * count + turn] = performance.now() - t0[turn]!;
         got++;
       }
@@ -158,9 +158,9 @@ async function rawPhase(b: Bench, readers: number, rate: number): Promise<Phase>
           for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
           if (f.t === 'task_completed') return;
           if (f.t !== 'worker_phase') continue;
-          const p = JSON.parse(f.p ?? '{}') as { phase: string; turn: number };
-          if (p.phase === 'warm') warm++;
-          else if (p.phase === 'bench') {
+          const p = JSON.parse(f.p ?? '{}') as { mode: string; turn: number };
+          if (p.mode === 'warm') warm++;
+          else if (p.mode === 'bench') {
             lat[w * count + p.turn] = now - t0[p.turn]!;
             got++;
           }

@@ -53,7 +53,7 @@ async function holdWatchers(gateway: GatewayProcess, store: TaskStore) {
   // Each read its backlog (task_queued, worker_started); then one live event per task reaches every watcher.
   await until(() => watches.every((w) => w.received >= 2), `${watches.length} watchers to read their backlog`, 30_000, 50);
   progress('every watcher read its backlog; appending one live event per task');
-  await inBatches(TASKS, 200, (i) => store.appendWorkerEvent(tasks[i]!.taskId, tasks[i]!.workerId, tasks[i]!.lease, 'worker_phase', { phase: 'live', mode: 'bench', turn: 1 }));
+  await inBatches(TASKS, 200, (i) => store.appendWorkerEvent(tasks[i]!.taskId, tasks[i]!.workerId, tasks[i]!.lease, 'worker_phase', { phase: 'thinking', mode: 'live', turn: 1 }));
   await until(() => watches.every((w) => w.received >= 3), 'the live event at every watcher', 30_000, 50);
   return { tasks, clients, watches };
 }

@@ -3,8 +3,8 @@ import { fileURLToPath } from 'node:url';
 // Public surface of @cadre/protocol: the team event model, the generated roz.v1 gRPC types, and the
 // mapping between them.
 export * from './team-events.ts';
-export { isUuid } from './ids.ts';
-export { toProtoTeamEvent } from './to-proto.ts';
+export { canonicalUuid, isUuid } from './ids.ts';
+export { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 
 /** buf's compiled FileDescriptorSet of proto/ (npm run proto:gen), which gRPC reflection serves. */
 export const DESCRIPTOR_SET_PATH = fileURLToPath(new URL('../descriptors/roz.binpb', import.meta.url));
@@ -18,6 +18,8 @@ export {
   TeamEvent as TeamEventProto,
   TokenUsage as TokenUsageProto,
   WatchTeamRequest,
+  WorkerApprovalRequested,
+  WorkerApprovalResolved,
   WorkerCompleted,
   WorkerExited,
   WorkerFailed,

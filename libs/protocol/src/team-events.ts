@@ -8,6 +8,14 @@ export const TERMINAL_TASK_STATUSES: readonly TaskStatus[] = ['completed', 'fail
 export const WORKER_STATUSES = ['pending', 'running', 'completed', 'failed'] as const;
 export type WorkerStatus = (typeof WORKER_STATUSES)[number];
 
+/**
+ * The phases of an agent, in the order of its plan: a worker only thinks; a lead that plans its team thinks
+ * (plans), waits for its workers, then synthesizes their results. On gRPC, roz's WorkerPhase.phase carries the
+ * phase's position here (roz numbers a worker's phases from 0) and phase_name carries the name.
+ */
+export const WORKER_PHASES = ['thinking', 'waiting_for_workers', 'synthesizing'] as const;
+export type WorkerPhaseName = (typeof WORKER_PHASES)[number];
+
 /** Why a worker failed; carried as WorkerFailed.reason. */
 export type WorkerFailureReason =
   | 'model_error'
@@ -30,7 +38,7 @@ export interface TokenUsage {
 export interface TeamEventPayloads {
   task_queued: { workspace_id: string; goal: string };
   worker_started: { host_id: string; role: string };
-  worker_phase: { phase: string; mode: string; turn: number };
+  worker_phase: { phase: WorkerPhaseName; mode: string; turn: number };
   worker_tool_call: { tool: string; call_id: string; arguments: string };
   worker_completed: { result: string; usage: TokenUsage };
   worker_failed: { reason: WorkerFailureReason; message: string };

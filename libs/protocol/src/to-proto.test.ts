@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { TeamEvent as TeamEventProto } from './gen/roz/v1/agent.ts';
 import type { TeamEvent, TeamEventPayloads, TeamEventType } from './team-events.ts';
-import { TEAM_EVENT_TYPES } from './team-events.ts';
-import { toProtoTeamEvent } from './to-proto.ts';
+import { TEAM_EVENT_TYPES, WORKER_PHASES } from './team-events.ts';
+import { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 
 const usage = { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };
 const protoUsage = { promptTokens: 10, completionTokens: 5, totalTokens: 15 };
@@ -29,8 +29,8 @@ const cases: Array<{ event: TeamEvent; variant: TeamEventProto['event'] }> = [
     variant: { $case: 'workerStarted', value: { workerId: 'w1', hostId: 'h1', role: 'lead' } },
   },
   {
-    event: logged('worker_phase', { phase: 'thinking', mode: 'plan', turn: 3 }),
-    variant: { $case: 'workerPhase', value: { workerId: 'w1', phase: 'thinking', mode: 'plan', turn: 3 } },
+    event: logged('worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 }),
+    variant: { $case: 'workerPhase', value: { workerId: 'w1', phase: 1, mode: 'team', turn: 0, phaseName: 'waiting_for_workers' } },
   },
   {
     event: logged('worker_tool_call', { tool: 'search', call_id: 'c1', arguments: '{"q":"x"}' }),
@@ -90,5 +90,14 @@ describe('toProtoTeamEvent', () => {
     const message = toProtoTeamEvent('task-1', cases[4]!.event);
     const decoded = TeamEventProto.decode(TeamEventProto.encode(message).finish());
     expect(decoded).toEqual(message);
+  });
+
+  it("numbers phases as roz does (the position in the agent's plan, from 0) and keeps the name beside it", () => {
+    expect(WORKER_PHASES.map((name) => [name, rozPhaseNumber(name)])).toEqual([
+      ['thinking', 0],
+      ['waiting_for_workers', 1],
+      ['synthesizing', 2],
+    ]);
+    expect(rozPhaseNumber('a phase from a newer version')).toBe(0);
   });
 });

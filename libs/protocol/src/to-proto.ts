@@ -1,7 +1,7 @@
 // Maps a logged team event (the HTTP/SSE shape) to the roz.v1.TeamEvent gRPC message, so WatchTeam
 // serves the same events with the same seq as the other readers.
 import type { TeamEvent as TeamEventProto, TokenUsage as TokenUsageProto } from './gen/roz/v1/agent.ts';
-import type { TeamEvent, TokenUsage } from './team-events.ts';
+import { WORKER_PHASES, type TeamEvent, type TokenUsage } from './team-events.ts';
 
 export function toProtoTeamEvent(taskId: string, e: TeamEvent): TeamEventProto {
   return {
@@ -22,7 +22,7 @@ function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
       return { $case: 'workerStarted', value: { workerId, hostId: e.payload.host_id, role: e.payload.role } };
     case 'worker_phase': {
       const { phase, mode, turn } = e.payload;
-      return { $case: 'workerPhase', value: { workerId, phase, mode, turn } };
+      return { $case: 'workerPhase', value: { workerId, phase: rozPhaseNumber(phase), mode, turn, phaseName: phase } };
     }
     case 'worker_tool_call': {
       const { tool, call_id, arguments: argumentsJson } = e.payload;
@@ -50,6 +50,15 @@ function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
       throw new Error(`unmapped team event type: ${(_never as TeamEvent).event_type}`);
     }
   }
+}
+
+/**
+ * roz's WorkerPhase.phase is a uint32: the phase's position in the agent's plan. A name this version does not
+ * know (a log written by a newer one) reads as the first phase rather than failing the stream.
+ */
+export function rozPhaseNumber(name: string): number {
+  const index = (WORKER_PHASES as readonly string[]).indexOf(name);
+  return index === -1 ? 0 : index;
 }
 
 function taskStatus(change: {

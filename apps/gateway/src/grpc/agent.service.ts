@@ -3,7 +3,7 @@ import type { Logger } from '@cadre/observability';
 import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
-import type { TaskService } from '../tasks/task-service.ts';
+import { taskIdFrom, type TaskService } from '../tasks/task-service.ts';
 import { writable } from '../streams/writable.ts';
 
 export interface AgentServiceDeps {
@@ -43,7 +43,8 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
     call.on('cancelled', stop);
     try {
       const principal = deps.auth.authenticate(metadataValue(call.metadata, 'authorization'));
-      const taskId = call.request.taskId;
+      // Any spelling roz accepts; the events' task_id is the canonical one.
+      const taskId = taskIdFrom(call.request.taskId);
       watcher = await deps.tasks.watch(principal, taskId, call.request.afterSeq ?? 0);
       if (call.cancelled) stop();
       if (watcher) {

@@ -1,6 +1,6 @@
 import type { Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
-import { TERMINAL_TASK_STATUSES, isUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
+import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
 import { StoreError, decodeTaskCursor, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
@@ -59,16 +59,16 @@ export class TaskService {
     return this.deps.store.listTasks(workspaceId, { status: opts.status, afterMember, limit: opts.limit });
   }
 
-  async get(principal: Principal, taskId: string): Promise<TaskRecord> {
-    checkTaskId(taskId);
+  async get(principal: Principal, rawTaskId: string): Promise<TaskRecord> {
+    const taskId = taskIdFrom(rawTaskId);
     const task = await this.deps.store.getTask(taskId);
     // Another workspace's task is indistinguishable from a missing one.
     if (!task || !canAccess(principal, task.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
     return task;
   }
 
-  async events(principal: Principal, taskId: string, afterSeq: number, limit: number): Promise<{ events: TeamEvent[]; next_after_seq: number }> {
-    checkTaskId(taskId);
+  async events(principal: Principal, rawTaskId: string, afterSeq: number, limit: number): Promise<{ events: TeamEvent[]; next_after_seq: number }> {
+    const taskId = taskIdFrom(rawTaskId);
     const notFound = new ApiError('not_found', `task ${taskId} not found`);
     const page = await this.deps.store.readEvents(taskId, afterSeq, limit).catch(async (err: unknown) => {
       // A cursor error must not tell another workspace's key that the task exists.
@@ -79,8 +79,9 @@ export class TaskService {
     return { events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
   }
 
-  async cancel(principal: Principal, taskId: string, reason: string): Promise<TaskRecord> {
-    const task = await this.get(principal, taskId);
+  async cancel(principal: Principal, rawTaskId: string, reason: string): Promise<TaskRecord> {
+    const task = await this.get(principal, rawTaskId);
+    const taskId = task.task_id;
     if (task.status === 'completed' || task.status === 'failed') {
       throw new ApiError('conflict', `task ${taskId} already ${task.status}; only a queued or running task can be cancelled`);
     }
@@ -108,8 +109,8 @@ export class TaskService {
    * A live view of the task's events after `afterSeq`, ending after the terminal event; `null` when the reader
    * already has everything (a finished task read up to its last event).
    */
-  async watch(principal: Principal, taskId: string, afterSeq: number): Promise<LogWatcher<TeamEvent> | null> {
-    checkTaskId(taskId);
+  async watch(principal: Principal, rawTaskId: string, afterSeq: number): Promise<LogWatcher<TeamEvent> | null> {
+    const taskId = taskIdFrom(rawTaskId);
     const task = await this.deps.store.taskHead(taskId);
     if (!task || !canAccess(principal, task.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
     if (afterSeq > task.last_seq) {
@@ -121,8 +122,14 @@ export class TaskService {
 
 }
 
-export function checkTaskId(taskId: string): void {
-  if (!isUuid(taskId)) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${taskId.slice(0, 64)}"`);
+/**
+ * A task id as the store keys it (lower-case, hyphenated) from any spelling roz accepts: upper case, no hyphens,
+ * `{braces}`, `urn:uuid:`. Each edge reads ids through this, so every spelling names the same task.
+ */
+export function taskIdFrom(raw: string): string {
+  const taskId = canonicalUuid(raw);
+  if (taskId === null) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${raw.slice(0, 64)}"`);
+  return taskId;
 }
 
 function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpec {

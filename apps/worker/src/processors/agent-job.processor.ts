@@ -2,7 +2,7 @@ import { UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from
 import type OpenAI from 'openai';
 import { resolveTools, runAgent, type AgentHooks, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import type { Logger } from '@cadre/observability';
-import type { TokenUsage } from '@cadre/protocol';
+import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
   AGENT_JOB_OPTIONS,
   LEAD_WORKER_ID,
@@ -167,15 +167,15 @@ export class AgentJobProcessor {
       .map((w) => `- ${w.worker_id} (${w.role}): ${w.status === 'completed' ? w.result : `failed (${w.failure_reason})`}`)
       .join('\n');
     const input = `Team goal: ${task.goal}\n\nCombine your workers' results into the team's answer.\nWorker results:\n${report}`;
-    const outcome = await this.runLoop(task, lead, lease, [], input, ac.signal);
+    const outcome = await this.runLoop(task, lead, lease, [], input, ac.signal, 'synthesizing');
     return this.finish(job, lease, task, lead, outcome, { usage: addUsage(workersUsage, outcome.usage) });
   }
 
-  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal): Promise<AgentOutcome> {
+  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking'): Promise<AgentOutcome> {
     const { store } = this.deps;
     const hooks: AgentHooks = {
       onTurn: async (turn) => {
-        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_phase', { phase: 'thinking', mode: 'react', turn });
+        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_phase', { phase, mode: 'react', turn });
       },
       onToolCall: async (call) => {
         await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_tool_call', { tool: call.tool, call_id: call.callId, arguments: call.arguments });

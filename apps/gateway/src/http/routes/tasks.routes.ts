@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { ApiError } from '../../errors.ts';
 import type { Principal } from '../../auth.ts';
 import type { HttpAppDeps } from '../app.ts';
+import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
 import { cancelBody, createTaskBody, eventsQuery, listTasksQuery, streamQuery, taskParams, type CreateTaskBody, type ListTasksQuery } from '../schemas/tasks.schema.ts';
 
@@ -20,6 +21,12 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = deps.auth.authenticate(request.headers.authorization);
+  });
+  // A task id in any spelling roz accepts (upper case, no hyphens, braces, urn:uuid:) is read as its canonical
+  // form before a handler sees it, so answers quote the id the task was created with.
+  app.addHook('preHandler', async (request: FastifyRequest) => {
+    const params = request.params as Partial<TaskParams> | undefined;
+    if (typeof params?.task_id === 'string') params.task_id = taskIdFrom(params.task_id);
   });
 
   app.post<{ Body: CreateTaskBody }>('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {

@@ -17,6 +17,7 @@ import {
   type Metadata,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Struct } from "../../google/protobuf/struct.ts";
 import { Timestamp } from "../../google/protobuf/timestamp.ts";
 
 export const protobufPackage = "roz.v1";
@@ -26,7 +27,9 @@ export const protobufFileName = "roz/v1/agent.proto";
 /**
  * The Cadre gRPC surface. Package, service, message names and the TeamEvent oneof tags 1–6 are roz's
  * published contract: roz clients must keep decoding our events, so never renumber or rename them.
- * Cadre's additions use field numbers roz never used (after_seq = 2; envelope 16–20; oneof variant 21).
+ * Cadre's additions use field numbers roz never used (after_seq = 2; envelope 16–20; oneof variant 21;
+ * WorkerPhase.phase_name = 5, ...). Every field roz-oss declares on a message we share keeps roz's number, name
+ * and wire type: tests/roz-wire.test.ts compares this file with roz-oss's proto/roz/v1/agent.proto.
  */
 
 /** Which task to watch and where to resume. */
@@ -66,6 +69,12 @@ export interface TeamEvent {
     /** A worker's process left the team (after completing or failing). */
     { $case: "workerExited"; value: WorkerExited }
     | //
+    /** A worker asked for approval of a tool call (roz's shape; Cadre does not publish it yet). */
+    { $case: "workerApprovalRequested"; value: WorkerApprovalRequested }
+    | //
+    /** An approval was decided (roz's shape; Cadre does not publish it yet). */
+    { $case: "workerApprovalResolved"; value: WorkerApprovalResolved }
+    | //
     /** The task itself changed status (Cadre's addition, so a watcher sees the task end). */
     { $case: "taskStatusChanged"; value: TaskStatusChanged }
     | undefined;
@@ -104,12 +113,18 @@ export interface WorkerStarted {
 export interface WorkerPhase {
   /** The worker's id, unique within the task. */
   workerId: string;
-  /** The phase entered (e.g. thinking, acting). */
-  phase: string;
-  /** The mode the worker runs in during this phase. */
+  /**
+   * roz's phase number: the position of the phase in the agent's plan, from 0. Cadre's agents have three:
+   * 0 = thinking (a model turn of a worker, or of a lead planning its team), 1 = waiting_for_workers (a lead
+   * parked until its workers finish), 2 = synthesizing (a lead's turns combining its workers' results).
+   */
+  phase: number;
+  /** The mode the worker runs in during this phase: react for model turns, team for a lead's wait. */
   mode: string;
-  /** The model turn this phase belongs to, starting at 1. */
+  /** The model turn this phase belongs to, starting at 1 (0 for waiting_for_workers). */
   turn: number;
+  /** The phase's name as in the HTTP and SSE APIs (thinking, waiting_for_workers, synthesizing). */
+  phaseName: string;
 }
 
 /** A worker's model asked for a tool call. */
@@ -152,6 +167,36 @@ export interface WorkerFailed {
   reason: string;
   /** Human-readable detail; never contains secrets. */
   message: string;
+}
+
+/** A worker asked for approval before a tool call (roz's shape). */
+export interface WorkerApprovalRequested {
+  /** The worker's id, unique within the task. */
+  workerId: string;
+  /** The task the worker belongs to. */
+  taskId: string;
+  /** The approval's id, quoted by the decision. */
+  approvalId: string;
+  /** The tool the worker wants to call. */
+  toolName: string;
+  /** Why the call needs approval. */
+  reason: string;
+  /** How long the approval waits for a decision. */
+  timeoutSecs: number;
+}
+
+/** An approval was decided (roz's shape). */
+export interface WorkerApprovalResolved {
+  /** The worker's id, unique within the task. */
+  workerId: string;
+  /** The task the worker belongs to. */
+  taskId: string;
+  /** The approval decided. */
+  approvalId: string;
+  /** Whether the call may go ahead. */
+  approved: boolean;
+  /** Changes to the call's arguments the approver made, if any. */
+  modifier?: { [key: string]: any } | undefined;
 }
 
 /** A worker's process left the team. */
@@ -295,6 +340,12 @@ export const TeamEvent: MessageFns<TeamEvent> = {
       case "workerExited":
         WorkerExited.encode(message.event.value, writer.uint32(50).fork()).join();
         break;
+      case "workerApprovalRequested":
+        WorkerApprovalRequested.encode(message.event.value, writer.uint32(58).fork()).join();
+        break;
+      case "workerApprovalResolved":
+        WorkerApprovalResolved.encode(message.event.value, writer.uint32(66).fork()).join();
+        break;
       case "taskStatusChanged":
         TaskStatusChanged.encode(message.event.value, writer.uint32(170).fork()).join();
         break;
@@ -376,6 +427,28 @@ export const TeamEvent: MessageFns<TeamEvent> = {
             }
 
             message.event = { $case: "workerExited", value: WorkerExited.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.event = {
+              $case: "workerApprovalRequested",
+              value: WorkerApprovalRequested.decode(reader, reader.uint32()),
+            };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.event = {
+              $case: "workerApprovalResolved",
+              value: WorkerApprovalResolved.decode(reader, reader.uint32()),
+            };
             continue;
           }
           case 21: {
@@ -464,6 +537,17 @@ export const TeamEvent: MessageFns<TeamEvent> = {
         ? { $case: "workerExited", value: WorkerExited.fromJSON(object.workerExited) }
         : isSet(object.worker_exited)
         ? { $case: "workerExited", value: WorkerExited.fromJSON(object.worker_exited) }
+        : isSet(object.workerApprovalRequested)
+        ? { $case: "workerApprovalRequested", value: WorkerApprovalRequested.fromJSON(object.workerApprovalRequested) }
+        : isSet(object.worker_approval_requested)
+        ? {
+          $case: "workerApprovalRequested",
+          value: WorkerApprovalRequested.fromJSON(object.worker_approval_requested),
+        }
+        : isSet(object.workerApprovalResolved)
+        ? { $case: "workerApprovalResolved", value: WorkerApprovalResolved.fromJSON(object.workerApprovalResolved) }
+        : isSet(object.worker_approval_resolved)
+        ? { $case: "workerApprovalResolved", value: WorkerApprovalResolved.fromJSON(object.worker_approval_resolved) }
         : isSet(object.taskStatusChanged)
         ? { $case: "taskStatusChanged", value: TaskStatusChanged.fromJSON(object.taskStatusChanged) }
         : isSet(object.task_status_changed)
@@ -499,6 +583,10 @@ export const TeamEvent: MessageFns<TeamEvent> = {
       obj.workerFailed = WorkerFailed.toJSON(message.event.value);
     } else if (message.event?.$case === "workerExited") {
       obj.workerExited = WorkerExited.toJSON(message.event.value);
+    } else if (message.event?.$case === "workerApprovalRequested") {
+      obj.workerApprovalRequested = WorkerApprovalRequested.toJSON(message.event.value);
+    } else if (message.event?.$case === "workerApprovalResolved") {
+      obj.workerApprovalResolved = WorkerApprovalResolved.toJSON(message.event.value);
     } else if (message.event?.$case === "taskStatusChanged") {
       obj.taskStatusChanged = TaskStatusChanged.toJSON(message.event.value);
     }
@@ -559,6 +647,24 @@ export const TeamEvent: MessageFns<TeamEvent> = {
       case "workerExited": {
         if (object.event?.value !== undefined && object.event?.value !== null) {
           message.event = { $case: "workerExited", value: WorkerExited.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "workerApprovalRequested": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = {
+            $case: "workerApprovalRequested",
+            value: WorkerApprovalRequested.fromPartial(object.event.value),
+          };
+        }
+        break;
+      }
+      case "workerApprovalResolved": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = {
+            $case: "workerApprovalResolved",
+            value: WorkerApprovalResolved.fromPartial(object.event.value),
+          };
         }
         break;
       }
@@ -688,7 +794,7 @@ export const WorkerStarted: MessageFns<WorkerStarted> = {
 };
 
 function createBaseWorkerPhase(): WorkerPhase {
-  return { workerId: "", phase: "", mode: "", turn: 0 };
+  return { workerId: "", phase: 0, mode: "", turn: 0, phaseName: "" };
 }
 
 export const WorkerPhase: MessageFns<WorkerPhase> = {
@@ -696,14 +802,17 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
     if (message.workerId !== "") {
       writer.uint32(10).string(message.workerId);
     }
-    if (message.phase !== "") {
-      writer.uint32(18).string(message.phase);
+    if (message.phase !== 0) {
+      writer.uint32(16).uint32(message.phase);
     }
     if (message.mode !== "") {
       writer.uint32(26).string(message.mode);
     }
     if (message.turn !== 0) {
       writer.uint32(32).uint32(message.turn);
+    }
+    if (message.phaseName !== "") {
+      writer.uint32(42).string(message.phaseName);
     }
     return writer;
   },
@@ -730,11 +839,11 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
             continue;
           }
           case 2: {
-            if (tag !== 18) {
+            if (tag !== 16) {
               break;
             }
 
-            message.phase = reader.string();
+            message.phase = reader.uint32();
             continue;
           }
           case 3: {
@@ -751,6 +860,14 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
             }
 
             message.turn = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.phaseName = reader.string();
             continue;
           }
         }
@@ -772,9 +889,14 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
         : isSet(object.worker_id)
         ? globalThis.String(object.worker_id)
         : "",
-      phase: isSet(object.phase) ? globalThis.String(object.phase) : "",
+      phase: isSet(object.phase) ? globalThis.Number(object.phase) : 0,
       mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
       turn: isSet(object.turn) ? globalThis.Number(object.turn) : 0,
+      phaseName: isSet(object.phaseName)
+        ? globalThis.String(object.phaseName)
+        : isSet(object.phase_name)
+        ? globalThis.String(object.phase_name)
+        : "",
     };
   },
 
@@ -783,14 +905,17 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
     if (message.workerId !== "") {
       obj.workerId = message.workerId;
     }
-    if (message.phase !== "") {
-      obj.phase = message.phase;
+    if (message.phase !== 0) {
+      obj.phase = Math.round(message.phase);
     }
     if (message.mode !== "") {
       obj.mode = message.mode;
     }
     if (message.turn !== 0) {
       obj.turn = Math.round(message.turn);
+    }
+    if (message.phaseName !== "") {
+      obj.phaseName = message.phaseName;
     }
     return obj;
   },
@@ -801,9 +926,10 @@ export const WorkerPhase: MessageFns<WorkerPhase> = {
   fromPartial<I extends Exact<DeepPartial<WorkerPhase>, I>>(object: I): WorkerPhase {
     const message = createBaseWorkerPhase();
     message.workerId = object.workerId ?? "";
-    message.phase = object.phase ?? "";
+    message.phase = object.phase ?? 0;
     message.mode = object.mode ?? "";
     message.turn = object.turn ?? 0;
+    message.phaseName = object.phaseName ?? "";
     return message;
   },
 };
@@ -1262,6 +1388,320 @@ export const WorkerFailed: MessageFns<WorkerFailed> = {
   },
 };
 
+function createBaseWorkerApprovalRequested(): WorkerApprovalRequested {
+  return { workerId: "", taskId: "", approvalId: "", toolName: "", reason: "", timeoutSecs: 0 };
+}
+
+export const WorkerApprovalRequested: MessageFns<WorkerApprovalRequested> = {
+  encode(message: WorkerApprovalRequested, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workerId !== "") {
+      writer.uint32(10).string(message.workerId);
+    }
+    if (message.taskId !== "") {
+      writer.uint32(18).string(message.taskId);
+    }
+    if (message.approvalId !== "") {
+      writer.uint32(26).string(message.approvalId);
+    }
+    if (message.toolName !== "") {
+      writer.uint32(34).string(message.toolName);
+    }
+    if (message.reason !== "") {
+      writer.uint32(42).string(message.reason);
+    }
+    if (message.timeoutSecs !== 0) {
+      writer.uint32(48).uint64(message.timeoutSecs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkerApprovalRequested {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkerApprovalRequested();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.approvalId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toolName = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.timeoutSecs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkerApprovalRequested {
+    return {
+      workerId: isSet(object.workerId)
+        ? globalThis.String(object.workerId)
+        : isSet(object.worker_id)
+        ? globalThis.String(object.worker_id)
+        : "",
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      approvalId: isSet(object.approvalId)
+        ? globalThis.String(object.approvalId)
+        : isSet(object.approval_id)
+        ? globalThis.String(object.approval_id)
+        : "",
+      toolName: isSet(object.toolName)
+        ? globalThis.String(object.toolName)
+        : isSet(object.tool_name)
+        ? globalThis.String(object.tool_name)
+        : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      timeoutSecs: isSet(object.timeoutSecs)
+        ? globalThis.Number(object.timeoutSecs)
+        : isSet(object.timeout_secs)
+        ? globalThis.Number(object.timeout_secs)
+        : 0,
+    };
+  },
+
+  toJSON(message: WorkerApprovalRequested): unknown {
+    const obj: any = {};
+    if (message.workerId !== "") {
+      obj.workerId = message.workerId;
+    }
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.approvalId !== "") {
+      obj.approvalId = message.approvalId;
+    }
+    if (message.toolName !== "") {
+      obj.toolName = message.toolName;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    if (message.timeoutSecs !== 0) {
+      obj.timeoutSecs = Math.round(message.timeoutSecs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkerApprovalRequested>, I>>(base?: I): WorkerApprovalRequested {
+    return WorkerApprovalRequested.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkerApprovalRequested>, I>>(object: I): WorkerApprovalRequested {
+    const message = createBaseWorkerApprovalRequested();
+    message.workerId = object.workerId ?? "";
+    message.taskId = object.taskId ?? "";
+    message.approvalId = object.approvalId ?? "";
+    message.toolName = object.toolName ?? "";
+    message.reason = object.reason ?? "";
+    message.timeoutSecs = object.timeoutSecs ?? 0;
+    return message;
+  },
+};
+
+function createBaseWorkerApprovalResolved(): WorkerApprovalResolved {
+  return { workerId: "", taskId: "", approvalId: "", approved: false, modifier: undefined };
+}
+
+export const WorkerApprovalResolved: MessageFns<WorkerApprovalResolved> = {
+  encode(message: WorkerApprovalResolved, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workerId !== "") {
+      writer.uint32(10).string(message.workerId);
+    }
+    if (message.taskId !== "") {
+      writer.uint32(18).string(message.taskId);
+    }
+    if (message.approvalId !== "") {
+      writer.uint32(26).string(message.approvalId);
+    }
+    if (message.approved !== false) {
+      writer.uint32(32).bool(message.approved);
+    }
+    if (message.modifier !== undefined) {
+      Struct.encode(Struct.wrap(message.modifier), writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkerApprovalResolved {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkerApprovalResolved();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.approvalId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.approved = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.modifier = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WorkerApprovalResolved {
+    return {
+      workerId: isSet(object.workerId)
+        ? globalThis.String(object.workerId)
+        : isSet(object.worker_id)
+        ? globalThis.String(object.worker_id)
+        : "",
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      approvalId: isSet(object.approvalId)
+        ? globalThis.String(object.approvalId)
+        : isSet(object.approval_id)
+        ? globalThis.String(object.approval_id)
+        : "",
+      approved: isSet(object.approved) ? globalThis.Boolean(object.approved) : false,
+      modifier: isObject(object.modifier) ? object.modifier : undefined,
+    };
+  },
+
+  toJSON(message: WorkerApprovalResolved): unknown {
+    const obj: any = {};
+    if (message.workerId !== "") {
+      obj.workerId = message.workerId;
+    }
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.approvalId !== "") {
+      obj.approvalId = message.approvalId;
+    }
+    if (message.approved !== false) {
+      obj.approved = message.approved;
+    }
+    if (message.modifier !== undefined) {
+      obj.modifier = message.modifier;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WorkerApprovalResolved>, I>>(base?: I): WorkerApprovalResolved {
+    return WorkerApprovalResolved.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkerApprovalResolved>, I>>(object: I): WorkerApprovalResolved {
+    const message = createBaseWorkerApprovalResolved();
+    message.workerId = object.workerId ?? "";
+    message.taskId = object.taskId ?? "";
+    message.approvalId = object.approvalId ?? "";
+    message.approved = object.approved ?? false;
+    message.modifier = object.modifier ?? undefined;
+    return message;
+  },
+};
+
 function createBaseWorkerExited(): WorkerExited {
   return { workerId: "", parentTaskId: "" };
 }
@@ -1560,6 +2000,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {
