@@ -13,11 +13,16 @@ gen_dir="libs/protocol/src/gen"
 # The compiled FileDescriptorSet (with imports) that the gateway serves through gRPC reflection: buf's own
 # compiler output keeps real file names and import lists, which reflection clients need to link the schema.
 descriptor="libs/protocol/descriptors/roz.binpb"
+# The same for grpc.health.v1, from the health.proto that grpc-health-check (our health service) ships: proto-loader's
+# own descriptor of it has relative type names and a misnamed map entry, which reflection clients cannot link.
+health_proto="node_modules/grpc-health-check/proto"
+health_descriptor="libs/protocol/descriptors/grpc-health.binpb"
 
 case "${1:-}" in
   gen)
     "$buf" generate
     "$buf" build --as-file-descriptor-set -o "$descriptor"
+    "$buf" build "$health_proto" --as-file-descriptor-set -o "$health_descriptor"
     ;;
   check)
     "$buf" lint
@@ -32,6 +37,11 @@ case "${1:-}" in
     "$buf" build --as-file-descriptor-set -o "$tmp/roz.binpb"
     if ! cmp -s "$descriptor" "$tmp/roz.binpb"; then
       echo "proto:check: $descriptor is out of date with proto/. Run 'npm run proto:gen' and commit the result." >&2
+      exit 1
+    fi
+    "$buf" build "$health_proto" --as-file-descriptor-set -o "$tmp/grpc-health.binpb"
+    if ! cmp -s "$health_descriptor" "$tmp/grpc-health.binpb"; then
+      echo "proto:check: $health_descriptor is out of date with $health_proto. Run 'npm run proto:gen' and commit the result." >&2
       exit 1
     fi
     echo "proto:check: lint clean, generated code up to date."

@@ -8,6 +8,8 @@ export { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 
 /** buf's compiled FileDescriptorSet of proto/ (npm run proto:gen), which gRPC reflection serves. */
 export const DESCRIPTOR_SET_PATH = fileURLToPath(new URL('../descriptors/roz.binpb', import.meta.url));
+/** buf's compiled FileDescriptorSet of grpc.health.v1 (grpc-health-check's health.proto), also served by reflection. */
+export const HEALTH_DESCRIPTOR_SET_PATH = fileURLToPath(new URL('../descriptors/grpc-health.binpb', import.meta.url));
 
 // Generated from proto/roz/v1/agent.proto (npm run proto:gen). TeamEvent and TokenUsage take a Proto
 // suffix because team-events.ts already names the HTTP/SSE shapes that way.

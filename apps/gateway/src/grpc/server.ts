@@ -1,14 +1,13 @@
 // The gateway's gRPC server: our services plus the standard health and reflection services. It binds no
 // port of its own; listenOnePort hands it the HTTP/2 connections that arrive on the shared REST port.
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema, FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
-import { loadSync, type PackageDefinition } from '@grpc/proto-loader';
+import type { PackageDefinition } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
-import { DESCRIPTOR_SET_PATH } from '@cadre/protocol';
-import { HealthImplementation, protoPath as healthProtoPath } from 'grpc-health-check';
+import { DESCRIPTOR_SET_PATH, HEALTH_DESCRIPTOR_SET_PATH } from '@cadre/protocol';
+import { HealthImplementation } from 'grpc-health-check';
 
 export interface GrpcServiceRegistration {
   definition: grpc.ServiceDefinition;
@@ -44,7 +43,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
     for (const name of healthNames) health.setStatus(name, status);
   };
 
-  new ReflectionService(reflectedFiles(opts.descriptorSetPath ?? DESCRIPTOR_SET_PATH)).addToServer(server);
+  new ReflectionService(reflectedFiles([opts.descriptorSetPath ?? DESCRIPTOR_SET_PATH, HEALTH_DESCRIPTOR_SET_PATH])).addToServer(server);
 
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const graceMs = opts.shutdownGraceMs ?? 5_000;
@@ -58,17 +57,16 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
 }
 
 /**
- * What reflection serves: the FileDescriptorSet buf compiled from proto/ (npm run proto:gen), file by file with
- * their real names and import lists, plus grpc.health.v1 so grpcurl can call Health without local files.
- * (proto-loader's own descriptors regroup files by package and drop imports, which leaves clients such as
- * `buf curl` unable to link roz.v1.AgentService to google.protobuf.Timestamp.)
+ * What reflection serves: the FileDescriptorSets buf compiled (npm run proto:gen) from proto/ and from the
+ * health.proto of grpc-health-check, file by file with their real names and import lists, so clients such as
+ * `buf curl` and grpcurl can link every listed service (roz.v1.AgentService to google.protobuf.Timestamp, and
+ * grpc.health.v1.Health). proto-loader's own descriptors regroup files by package, drop imports and keep relative
+ * type names, which those clients cannot resolve.
  */
-function reflectedFiles(descriptorSetPath: string): PackageDefinition {
-  const set = fromBinary(FileDescriptorSetSchema, readFileSync(descriptorSetPath));
-  const health = loadSync('health/v1/health.proto', { includeDirs: [path.resolve(path.dirname(healthProtoPath), '../..')] });
+function reflectedFiles(descriptorSetPaths: string[]): PackageDefinition {
+  const files = descriptorSetPaths.flatMap((p) => fromBinary(FileDescriptorSetSchema, readFileSync(p)).file);
   return {
-    ...health,
-    'cadre.reflection.roz': { fileDescriptorProtos: set.file.map((file) => toBinary(FileDescriptorProtoSchema, file)) },
+    'cadre.reflection': { fileDescriptorProtos: files.map((file) => toBinary(FileDescriptorProtoSchema, file)) },
   } as unknown as PackageDefinition;
 }
 

@@ -1,12 +1,16 @@
 // REST and gRPC (our service, health, reflection) on one real port, over real connections.
+import { execFile } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fastify from 'fastify';
 import * as grpc from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
+import { create, createFileRegistry, fromBinary, toBinary, toJson } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema, type FileDescriptorProto } from '@bufbuild/protobuf/wkt';
 import { service as healthServiceDefinition } from 'grpc-health-check';
 import { AgentServiceClient, AgentServiceService, toProtoTeamEvent } from '@cadre/protocol';
 import type { AgentServiceServer, TeamEvent, TeamEventProto } from '@cadre/protocol';
@@ -14,6 +18,9 @@ import { createGrpcServer } from '../grpc/server.ts';
 import { listenOnePort } from './one-port.ts';
 
 const TASK_ID = 'task-one-port';
+const execFileAsync = promisify(execFile);
+/** The buf CLI from devDependencies (what `npx buf` runs). */
+const BUF = path.resolve(path.dirname(createRequire(import.meta.url).resolve('@bufbuild/buf/package.json')), 'bin/buf');
 const loggedEvents: TeamEvent[] = [
   {
     event_type: 'worker_started',
@@ -115,17 +122,58 @@ describe('listenOnePort', () => {
     expect(response.status).toBe('SERVING');
   });
 
-  it('lists roz.v1.AgentService through server reflection', async () => {
+  it('resolves every service reflection lists, and a client built from reflection alone checks Health', async () => {
     const client = track(reflectionClient(target));
     const stream = client.serverReflectionInfo();
-    const response = await new Promise<ReflectionResponse>((resolve, reject) => {
-      stream.once('data', resolve);
-      stream.once('error', reject);
-      stream.write({ listServices: '' });
-    });
+    const ask = (request: ReflectionRequest) =>
+      new Promise<ReflectionResponse>((resolve, reject) => {
+        stream.once('data', resolve);
+        stream.once('error', reject);
+        stream.write(request);
+      });
+    const names = (await ask({ listServices: '' })).listServicesResponse!.service.map((s) => s.name).sort();
+    expect(names).toEqual(['grpc.health.v1.Health', 'roz.v1.AgentService']);
+    // Each service's file and its imports, as a reflection client (grpcurl, buf curl) links them.
+    const files = new Map<string, FileDescriptorProto>();
+    const roots: FileDescriptorProto[] = [];
+    for (const name of names) {
+      const answer = await ask({ fileContainingSymbol: name });
+      expect(answer.errorResponse, name).toBeUndefined();
+      const [root, ...imports] = answer.fileDescriptorResponse!.fileDescriptorProto.map((bytes) => fromBinary(FileDescriptorProtoSchema, bytes));
+      roots.push(root!);
+      for (const file of [root!, ...imports]) files.set(file.name, file);
+    }
     stream.end();
-    const names = response.listServicesResponse?.service.map((s) => s.name);
-    expect(names).toContain('roz.v1.AgentService');
+    // createFileRegistry links every import and type reference, and throws on one it cannot resolve.
+    const registry = createFileRegistry(...roots.map((root) => createFileRegistry(root, (name) => files.get(name))));
+    for (const name of names) expect(registry.getService(name), name).toBeDefined();
+
+    const check = registry.getService('grpc.health.v1.Health')!.methods.find((m) => m.name === 'Check')!;
+    const generic = track(new grpc.Client(target, grpc.credentials.createInsecure()));
+    const response = await new Promise<Record<string, unknown>>((resolve, reject) =>
+      generic.makeUnaryRequest(
+        `/grpc.health.v1.Health/${check.name}`,
+        (message: object) => Buffer.from(toBinary(check.input, message as never)),
+        (bytes: Buffer) => toJson(check.output, fromBinary(check.output, bytes)) as Record<string, unknown>,
+        create(check.input, { service: 'roz.v1.AgentService' } as never),
+        (err, res) => (err || !res ? reject(err) : resolve(res)),
+      ),
+    );
+    expect(response).toEqual({ status: 'SERVING' });
+  });
+
+  it('answers `buf curl` through reflection: every method listed, Health/Check callable', async () => {
+    // A child process (the server shares this event loop, so never a sync spawn).
+    const curl = async (...args: string[]) =>
+      (await execFileAsync(BUF, ['curl', '--protocol', 'grpc', '--http2-prior-knowledge', ...args], { encoding: 'utf8', timeout: 20_000 })).stdout;
+    expect((await curl('--list-methods', `http://${target}`)).trim().split('\n')).toEqual([
+      'grpc.health.v1.Health/Check',
+      'grpc.health.v1.Health/List',
+      'grpc.health.v1.Health/Watch',
+      'roz.v1.AgentService/WatchTeam',
+    ]);
+    const health = JSON.parse(await curl('-d', '{"service":"roz.v1.AgentService"}', `http://${target}/grpc.health.v1.Health/Check`));
+    expect(health).toEqual({ status: 'SERVING' });
   });
 
   it('routes a connection whose first bytes arrive in pieces', async () => {
@@ -148,9 +196,14 @@ type HealthCheck = (
   request: { service: string },
   callback: (err: grpc.ServiceError | null, response: { status: string }) => void,
 ) => void;
-type ReflectionResponse = { listServicesResponse?: { service: Array<{ name: string }> } };
+type ReflectionRequest = { listServices: string } | { fileContainingSymbol: string };
+type ReflectionResponse = {
+  listServicesResponse?: { service: Array<{ name: string }> };
+  fileDescriptorResponse?: { fileDescriptorProto: Buffer[] };
+  errorResponse?: { errorCode: number; errorMessage: string };
+};
 type ReflectionClient = grpc.Client & {
-  serverReflectionInfo(): grpc.ClientDuplexStream<{ listServices: string }, ReflectionResponse>;
+  serverReflectionInfo(): grpc.ClientDuplexStream<ReflectionRequest, ReflectionResponse>;
 };
 
 /** A v1 reflection client from the proto file bundled with @grpc/reflection. */
