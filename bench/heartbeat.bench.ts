@@ -13,6 +13,7 @@ const AGENTS = 200;
 const WORKSPACES = 20;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const RUNS_KEY = 'bench-runs-key';
+const CONTROL_KEY = 'bench-control-key';
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: AGENTS });
 
@@ -81,7 +82,7 @@ async function spawnFixedJson(): Promise<{ port: number; stop(): void }> {
 }
 
 const redis = await startPrivateRedis();
-const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' });
+const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' });
 const fixed = await spawnFixedJson();
 try {
   // Warm both up (JIT, connections), then measure each in turn.
@@ -102,7 +103,7 @@ try {
   }
   for (let i = 0; i < 100; i++) await post(gateway.port, '/api/runs/workers/heartbeat', { workspace_id: `stop-${i % 10}`, worker_id: `binder-${i}`, status: 'ready' });
   const t0 = performance.now();
-  const stop = await post(gateway.port, '/api/runs/stop-all', { requested_by: 'bench' });
+  const stop = await post(gateway.port, '/api/runs/stop-all', { requested_by: 'bench' }, { 'x-windie-runs-control-key': CONTROL_KEY });
   const stopMs = performance.now() - t0;
   const stopped = (JSON.parse(stop.text) as { count: number }).count;
 

@@ -32,11 +32,11 @@ describe('runs API: the original contract', () => {
     expect(hb.body.worker).toMatchObject({ worker_id: 'worker-1', workspace_id: 'ws-a', status: 'ready' });
     expect(hb.body.assigned_run).toMatchObject({ run_id: run.run_id, query: 'apply this internship job for me', conversation_ref: `run-${run.run_id}`, control_mode: 'agent_only' });
     expect(hb.body.control_commands).toEqual([]);
-    expect((await call('GET', `/api/runs/${run.run_id}`)).body.run.status).toBe('queued');
+    expect((await call('GET', `/api/runs/${run.run_id}`)).body.status).toBe('queued');
 
     const dispatched = await call('POST', `/api/runs/${run.run_id}/worker-dispatched`, { worker_id: 'worker-1', user_id: 'vm-user-1', turn_ref: 'turn-1', conversation_ref: `run-${run.run_id}` });
     expect(dispatched.status).toBe(200);
-    expect(dispatched.body.run).toMatchObject({ status: 'running', turn_ref: 'turn-1' });
+    expect(dispatched.body.run).toMatchObject({ status: 'running', query_message_id: 'turn-1' });
 
     expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', source: 'worker-stream', payload: { payload: {}, turn_ref: 'turn-1' } })).status).toBe(200);
     const done = await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'streaming-complete', source: 'worker-stream', payload: {} });
@@ -50,18 +50,18 @@ describe('runs API: the original contract', () => {
       [5, 'streaming-complete', 'worker-stream'],
     ]);
     expect(events.body.next_after_seq).toBe(5);
-    // A finished run refuses control and relayed events, and changes nothing.
+    // A finished run refuses control; a late relayed event is recorded and the run stays completed.
     expect((await call('POST', `/api/runs/${run.run_id}/control`, { action: 'pause' })).status).toBe(409);
-    expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', payload: {} })).status).toBe(409);
-    expect((await call('GET', `/api/runs/${run.run_id}`)).body.run).toMatchObject({ status: 'completed', last_seq: 5 });
+    expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', payload: {} })).body.run).toMatchObject({ status: 'completed', last_event_seq: 6 });
+    expect((await call('GET', `/api/runs/${run.run_id}`)).body).toMatchObject({ status: 'completed', last_event_seq: 6 });
     // What is left in Redis: the finished run's keys, its index entry included, expire after the retention.
     const redis = new Redis(stack.redis.url);
     try {
       const keys = new KeyBuilder(stack.prefix);
-      for (const key of [keys.runIndex(run.run_id), `${keys.workspace('ws-a')}:run:${run.run_id}:meta`, `${keys.workspace('ws-a')}:run:${run.run_id}:events`]) {
+      for (const key of [keys.runIndex(run.run_id), keys.run('ws-a', run.run_id).meta, keys.run('ws-a', run.run_id).events]) {
         expect(await redis.ttl(key)).toBeGreaterThan(6 * 24 * 3600);
       }
-      expect(await redis.sismember(`${keys.workspace('ws-a')}:active`, run.run_id)).toBe(0);
+      expect(await redis.sismember(keys.workspaceRuns('ws-a').active, run.run_id)).toBe(0);
     } finally {
       redis.disconnect();
     }
@@ -97,12 +97,12 @@ describe('runs API: the original contract', () => {
     expect(a.body.assigned_run.run_id).toBe(runId);
     // Worker a goes quiet past RUNS_WORKER_TTL_MS (600 ms); the sweeper requeues its run.
     await new Promise((r) => setTimeout(r, 1200));
-    expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker_id: null });
+    expect((await call('GET', `/api/runs/${runId}`)).body).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker: null });
     const b = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'b', status: 'ready' });
     expect(b.body.assigned_run.run_id).toBe(runId);
     expect(b.body.assigned_run.lease_id).not.toBe(a.body.assigned_run.lease_id);
     // The lost worker can no longer dispatch or relay into the run.
-    expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'a' })).status).toBe(409);
+    expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'a' })).status).toBe(404);
     expect((await call('POST', `/api/runs/${runId}/events`, { event_type: 'tool-call', worker_id: 'a' })).status).toBe(409);
     const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
     expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
@@ -111,7 +111,7 @@ describe('runs API: the original contract', () => {
     await new Promise((r) => setTimeout(r, 1200));
     expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'c', status: 'ready' })).body.assigned_run.run_id).toBe(runId);
     await new Promise((r) => setTimeout(r, 1200));
-    const failed = (await call('GET', `/api/runs/${runId}`)).body.run;
+    const failed = (await call('GET', `/api/runs/${runId}`)).body;
     expect(failed).toMatchObject({ status: 'failed', attempts: 3, error: 'worker lost 3 times' });
     const last = (await call('GET', `/api/runs/${runId}/events?after_seq=7`)).body.events.map((e: any) => [e.event_type, e.payload.reason ?? null]);
     expect(last).toEqual([['run-worker-assigned', null], ['run-worker-lost', null], ['error', 'worker_lost']]);
@@ -137,7 +137,7 @@ describe('runs API: the original contract', () => {
     expect(again.body.assigned_run).toMatchObject({ run_id: runId });
     const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
     expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
-    expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'queued', attempts: 1 });
+    expect((await call('GET', `/api/runs/${runId}`)).body).toMatchObject({ status: 'queued', attempts: 1 });
   });
 
   it('stores a relayed batch once when it is retried after a lost reply (batch_id)', async () => {
@@ -172,7 +172,7 @@ describe('runs API: the original contract', () => {
         expect(types.slice(3)).toEqual(['run-worker-lost', 'run-requeued', 'run-worker-assigned']);
       } else {
         expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-dispatched']);
-        expect((await call('GET', `/api/runs/${runId}`)).body.run.status).toBe('running');
+        expect((await call('GET', `/api/runs/${runId}`)).body.status).toBe('running');
       }
     }
   });

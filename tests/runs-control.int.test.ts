@@ -13,7 +13,7 @@ let stack: TestStack;
 let five: string;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
   five = `http://127.0.0.1:${(await stack.addGateway({ RUNS_MAX_ACTIVE_PER_WORKSPACE: '5' })).port}`;
 });
 afterAll(async () => {
@@ -44,7 +44,7 @@ const dispatch = (runId: string, workerId: string, extra: Record<string, unknown
 async function getRun(runId: string): Promise<Record<string, any>> {
   const res = await call('GET', `/api/runs/${runId}`);
   expect(res.status).toBe(200);
-  return res.body.run;
+  return res.body;
 }
 
 async function allEvents(runId: string): Promise<any[]> {
@@ -65,9 +65,16 @@ async function expectRefused(runId: string, status: number, request: () => Promi
   return res;
 }
 
+/** FastAPI's `detail` (a string, or for an invalid request the list of problems) and Cadre's `error`. */
 function expectErrorShape(res: Res): void {
-  expect(typeof res.body.detail).toBe('string');
-  expect(res.body.error).toEqual({ code: expect.any(String), message: res.body.detail });
+  if (Array.isArray(res.body.detail)) {
+    expect(res.status).toBe(422);
+    for (const d of res.body.detail) expect(d).toEqual({ loc: expect.any(Array), msg: expect.any(String), type: expect.any(String) });
+    expect(res.body.error).toEqual({ code: 'invalid_argument', message: expect.any(String) });
+  } else {
+    expect(typeof res.body.detail).toBe('string');
+    expect(res.body.error).toEqual({ code: expect.any(String), message: res.body.detail });
+  }
 }
 
 /** Builds a run in the named state, in its own workspace; `worker` is the bound worker, if any. */
@@ -153,65 +160,91 @@ describe('guarded transitions', () => {
     expect(res.body.run).toMatchObject({ run_id: runId, status: to, control_mode: action === 'set-control-mode' ? 'shared_control' : 'agent_only' });
     expect(await getRun(runId)).toEqual(res.body.run);
     const events = await allEvents(runId);
-    expect(events.length).toBe(before.last_seq + 1);
-    expect(events.at(-1)).toMatchObject({ event_type: 'run-control', source: 'backend', payload: { action, requested_by: 'op-1', status: to } });
+    expect(events.length).toBe(before.last_event_seq + 1);
+    expect(res.body.latest_event).toEqual(events.at(-1));
+    const mode = res.body.run.control_mode;
+    expect(events.at(-1)).toMatchObject({ event_type: 'run-control', source: 'api', payload: { action, requested_by: 'op-1', status: to, control_mode: mode } });
     // A bound run's worker gets the command on its next heartbeat; an unbound run has nobody to tell.
     const commands = (await heartbeat(ws, worker, { status: 'busy' })).body.control_commands;
-    if (before.worker_id) {
-      expect(commands).toEqual([expect.objectContaining({ run_id: runId, action, requested_by: 'op-1', command_id: events.at(-1).payload.command_id })]);
+    if (before.worker) {
+      expect(commands).toEqual([expect.objectContaining({ run_id: runId, action, requested_by: 'op-1', control_mode: mode, command_id: events.at(-1).payload.command_id })]);
     } else {
       expect(commands).toEqual([]);
       expect(events.at(-1).payload.command_id).toBeNull();
     }
   });
 
-  it('refuses relayed events into runs that are not dispatched or have ended; a stopped run cannot complete', async () => {
-    for (const state of ['awaiting_worker', 'queued', 'paused (unassigned)', 'paused (from queued)', 'stopped', 'completed', 'failed']) {
+  // What a relay from the holder does in each state: it is always recorded (a worker's events race each other
+  // and the run's end); only its effect on the status depends on the state. [state, tool-call →, streaming-complete →, error →]
+  const relayTable: [string, string, string, string][] = [
+    ['awaiting_worker', 'awaiting_worker', 'completed', 'failed'],
+    ['queued', 'running', 'completed', 'failed'],
+    ['running', 'running', 'completed', 'failed'],
+    ['paused (unassigned)', 'paused', 'completed', 'failed'],
+    ['paused (from queued)', 'paused', 'completed', 'failed'],
+    ['paused (from running)', 'paused', 'completed', 'failed'],
+    ['stopped', 'stopped', 'stopped', 'stopped'],
+    ['completed', 'completed', 'completed', 'completed'],
+    ['failed', 'failed', 'failed', 'failed'],
+  ];
+  it.each(relayTable)('records every relay into a %s run: tool-call → %s, streaming-complete → %s, error → %s', async (state, afterChunk, afterComplete, afterError) => {
+    for (const [body, to] of [
+      [{ event_type: 'tool-call', source: 'worker-stream', payload: { n: 1 } }, afterChunk],
+      [{ event_type: 'streaming-complete', source: 'worker-stream', payload: {} }, afterComplete],
+      [{ event_type: 'error', source: 'worker-stream', payload: { message: 'late' } }, afterError],
+    ] as const) {
       const { runId } = await runIn(state);
-      for (const body of [
-        { event_type: 'tool-call', source: 'worker-stream', payload: {} },
-        { event_type: 'streaming-complete', source: 'worker-stream', payload: {} },
-        { event_type: 'error', source: 'worker-stream', payload: { message: 'late' } },
-        { events: [{ event_type: 'tool-call' }, { event_type: 'streaming-complete' }] },
-      ]) {
-        await expectRefused(runId, 409, () => relay(runId, body));
-      }
-    }
-    // Running and paused (after dispatch) runs take relays.
-    for (const state of ['running', 'paused (from running)']) {
-      const { runId } = await runIn(state);
-      expect((await relay(runId, { event_type: 'tool-call', source: 'worker-stream', payload: { n: 1 } })).status).toBe(200);
+      const before = await snapshot(runId);
+      const res = await relay(runId, body);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.run.status).toBe(to);
+      expect(res.body.latest_event).toMatchObject({ seq: before.run.last_event_seq + 1, event_type: body.event_type, source: 'worker-stream', payload: body.payload });
+      const after = await snapshot(runId);
+      expect(after.events).toEqual([...before.events, res.body.latest_event]);
+      // A run that had ended keeps how it ended.
+      if (['stopped', 'completed', 'failed'].includes(state)) expect(after.run).toMatchObject({ status: state, error: before.run.error, finished_at: before.run.finished_at });
     }
   });
 
-  it('refuses dispatch by a worker that does not hold the run, a wrong lease, and dispatch of non-queued runs; a repeated dispatch by the holder changes nothing', async () => {
+  it('takes the dispatch ack from the holder in any state and refuses anyone else with 404 (as the original); a repeated ack changes nothing', async () => {
     const ws = newWs();
     const runId = await createRun(ws);
     // Nobody holds it yet.
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-a'));
-    const assigned = (await heartbeat(ws, 'vm-a')).body.assigned_run;
+    const nobody = await expectRefused(runId, 404, () => dispatch(runId, 'vm-a'));
+    expect(nobody.body.detail).toBe('Run not found or worker mismatch');
+    const assigned = (await call('POST', '/api/runs/workers/heartbeat', { workspace_id: ws, worker_id: 'vm-a', user_id: 'u', status: 'ready' })).body.assigned_run;
     expect(assigned.run_id).toBe(runId);
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-b'));
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-a', { lease_id: 'L-not-mine' }));
+    await expectRefused(runId, 404, () => dispatch(runId, 'vm-b'));
+    await expectRefused(runId, 404, () => dispatch(runId, 'vm-a', { lease_id: 'L-not-mine' }));
+    await expectRefused(runId, 404, () => dispatch(runId, 'vm-a', { user_id: 'someone-else' }));
     const ok = await dispatch(runId, 'vm-a', { lease_id: assigned.lease_id, user_id: 'u', conversation_ref: `run-${runId}` });
     expect(ok.status).toBe(200);
-    expect(ok.body.run).toMatchObject({ status: 'running', worker_id: 'vm-a', turn_ref: 'turn-1' });
-    // The holder retrying after a lost reply gets 200 and nothing is written (no second run-dispatched).
+    expect(ok.body.run).toMatchObject({ status: 'running', worker: expect.objectContaining({ worker_id: 'vm-a' }), query_message_id: 'turn-1' });
+    expect(ok.body.latest_event).toMatchObject({ event_type: 'run-dispatched', source: 'worker', payload: { worker_id: 'vm-a', user_id: 'u', turn_ref: 'turn-1' } });
+    // The holder retrying after a lost reply gets 200 and the same event; nothing is written.
     for (const retry of [() => dispatch(runId, 'vm-a'), () => dispatch(runId, 'vm-a', { lease_id: assigned.lease_id })]) {
       const before = await snapshot(runId);
-      expect((await retry()).status).toBe(200);
+      const again = await retry();
+      expect(again.status).toBe(200);
+      expect(again.body.latest_event).toEqual(ok.body.latest_event);
       expect(await snapshot(runId)).toEqual(before);
     }
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-b'));
-    // A relay naming another worker or lease is refused too; naming the holder (or nobody, as the original) works.
+    await expectRefused(runId, 404, () => dispatch(runId, 'vm-b'));
+    // A relay naming another worker or lease is refused (409); naming the holder (or nobody, as the original) works.
     await expectRefused(runId, 409, () => relay(runId, { event_type: 'tool-call', worker_id: 'vm-b' }));
     await expectRefused(runId, 409, () => relay(runId, { event_type: 'tool-call', worker_id: 'vm-a', lease_id: 'L-not-mine' }));
     expect((await relay(runId, { event_type: 'tool-call', worker_id: 'vm-a', lease_id: assigned.lease_id })).status).toBe(200);
     expect((await relay(runId, { event_type: 'tool-call' })).status).toBe(200);
 
-    for (const state of ['paused (from queued)', 'paused (from running)', 'stopped', 'completed', 'failed']) {
-      const built = await runIn(state);
-      await expectRefused(built.runId, 409, () => dispatch(built.runId, built.worker));
+    // The original worker acks only after its query went out: the run may be paused or over by then. The ack is
+    // recorded; the status stays, and a run paused before it resumes as running.
+    for (const state of ['paused (from queued)', 'stopped', 'completed', 'failed']) {
+      const built = await runIn(state.startsWith('paused') ? 'queued' : state);
+      if (state.startsWith('paused')) await control(built.runId, { action: 'pause' });
+      const res = await dispatch(built.runId, built.worker, { turn_ref: 'turn-late' });
+      expect(res.status, state).toBe(200);
+      expect(res.body.run).toMatchObject({ status: state.split(' ')[0], query_message_id: state === 'paused (from queued)' ? 'turn-late' : 'turn-1' });
+      if (state.startsWith('paused')) expect((await control(built.runId, { action: 'resume' })).body.run.status).toBe('running');
     }
   });
 
@@ -228,7 +261,10 @@ describe('guarded transitions', () => {
     ]) {
       await expectRefused(runId, 422, () => control(runId, body));
     }
-    await expectRefused(runId, 400, () => call('POST', '/api/runs/not-a-uuid/control', { action: 'pause' }));
+    for (const other of ['not-a-uuid', UNKNOWN.toUpperCase(), `{${UNKNOWN}}`, runId.toUpperCase(), runId.replaceAll('-', '')]) {
+      const res = await expectRefused(runId, 404, () => call('POST', `/api/runs/${encodeURIComponent(other)}/control`, { action: 'pause' }));
+      expect(res.body.detail).toBe('Run not found');
+    }
     const missing = await control(UNKNOWN, { action: 'pause' });
     expect(missing.status).toBe(404);
     expectErrorShape(missing);
@@ -241,10 +277,10 @@ describe('guarded transitions', () => {
     expect((await heartbeat(ws, 'vm-1')).body.assigned_run).toBeNull();
     expect((await heartbeat(ws, 'vm-2', { status: 'running' })).body.assigned_run).toBeNull();
     expect((await getRun(runId)).status).toBe('paused');
-    expect((await control(runId, { action: 'resume' })).body.run).toMatchObject({ status: 'awaiting_worker', worker_id: null });
+    expect((await control(runId, { action: 'resume' })).body.run).toMatchObject({ status: 'awaiting_worker', worker: null });
     const hb = await heartbeat(ws, 'vm-1');
     expect(hb.body.assigned_run).toMatchObject({ run_id: runId });
-    expect(await getRun(runId)).toMatchObject({ status: 'queued', worker_id: 'vm-1' });
+    expect(await getRun(runId)).toMatchObject({ status: 'queued', worker: expect.objectContaining({ worker_id: 'vm-1' }) });
     expect((await allEvents(runId)).map((e) => e.event_type)).toEqual(['run-created', 'run-control', 'run-control', 'run-worker-assigned']);
   });
 
@@ -287,12 +323,13 @@ describe('paused runs and lost workers', () => {
     await new Promise((r) => setTimeout(r, 500));
     // Any heartbeat in the workspace expires quiet workers' leases.
     expect((await heartbeat(ws, 'vm-2', { status: 'busy' })).body.assigned_run).toBeNull();
-    expect(await getRun(runId)).toMatchObject({ status: 'paused', worker_id: null, attempts: 1 });
-    for (const body of [{ event_type: 'tool-call' }, { event_type: 'streaming-complete', worker_id: 'vm-1' }, { event_type: 'tool-call', worker_id: 'vm-1', lease_id: assigned.lease_id }]) {
+    expect(await getRun(runId)).toMatchObject({ status: 'paused', worker: null, attempts: 1 });
+    // The lost worker, when it names itself, is fenced.
+    for (const body of [{ event_type: 'streaming-complete', worker_id: 'vm-1' }, { event_type: 'tool-call', worker_id: 'vm-1', lease_id: assigned.lease_id }]) {
       await expectRefused(runId, 409, () => relay(runId, body));
     }
-    await expectRefused(runId, 409, () => dispatch(runId, 'vm-1'));
-    expect((await control(runId, { action: 'resume' })).body.run).toMatchObject({ status: 'awaiting_worker', worker_id: null });
+    await expectRefused(runId, 404, () => dispatch(runId, 'vm-1'));
+    expect((await control(runId, { action: 'resume' })).body.run).toMatchObject({ status: 'awaiting_worker', worker: null });
     expect((await heartbeat(ws, 'vm-2')).body.assigned_run).toMatchObject({ run_id: runId });
     expect((await allEvents(runId)).map((e) => e.event_type)).toEqual([
       'run-created', 'run-worker-assigned', 'run-dispatched', 'run-control', 'run-worker-lost', 'run-control', 'run-worker-assigned',
@@ -309,10 +346,11 @@ describe('controls reach the bound worker', () => {
     const hb = await heartbeat(ws, worker, { status: 'running' });
     expect(hb.status).toBe(200);
     expect(hb.body.heartbeat_interval_ms).toBe(100);
-    expect(hb.body.control_commands.map((c: any) => [c.action, c.control_mode ?? null, c.requested_by, c.run_id])).toEqual([
-      ['pause', null, 'alice', runId],
+    // As the original, each command carries the run's control mode after it.
+    expect(hb.body.control_commands.map((c: any) => [c.action, c.control_mode, c.requested_by, c.run_id])).toEqual([
+      ['pause', 'agent_only', 'alice', runId],
       ['set-control-mode', 'human_override', 'alice', runId],
-      ['resume', null, 'bob', runId],
+      ['resume', 'human_override', 'bob', runId],
     ]);
     for (const c of hb.body.control_commands) {
       expect(typeof c.command_id).toBe('string');
@@ -364,7 +402,8 @@ describe('run events', () => {
     const r = await relay(runId, { events: Array.from({ length: 6 }, (_, i) => ({ event_type: 'tool-call', source: 'worker-stream', payload: { i } })) });
     expect(r.status).toBe(200);
     expect(r.body.last_seq).toBe(3 + 6);
-    expect(r.body.run).toMatchObject({ status: 'running', last_seq: 9 });
+    expect(r.body.run).toMatchObject({ status: 'running', last_event_seq: 9 });
+    expect(r.body.latest_event).toMatchObject({ seq: 9, event_type: 'tool-call', payload: { i: 5 } });
 
     const all = await allEvents(runId);
     assertContiguous(all.map((e) => e.seq));
@@ -385,23 +424,22 @@ describe('run events', () => {
     expectErrorShape(ahead);
     for (const q of ['limit=0', 'limit=1001', 'limit=-1', 'limit=abc', 'after_seq=-1', 'after_seq=x', 'limit=1.5']) {
       const res = await call('GET', `/api/runs/${runId}/events?${q}`);
-      expect(res.status, q).toBe(400);
+      expect(res.status, q).toBe(422);
+      expect(res.body.detail[0].loc[0]).toBe('query');
       expectErrorShape(res);
     }
     expect((await call('GET', `/api/runs/${runId}/events?limit=1000`)).status).toBe(200);
     expect((await call('GET', `/api/runs/${runId}/events?limit=1`)).body.events).toEqual([all[0]]);
-    expect((await call('GET', '/api/runs/nope/events')).status).toBe(400);
-    expect((await call('GET', `/api/runs/${UNKNOWN}/events`)).status).toBe(404);
-    expect((await call('GET', '/api/runs/nope')).status).toBe(400);
-    expect((await call('GET', `/api/runs/${UNKNOWN}`)).status).toBe(404);
+    for (const path of ['/api/runs/nope/events', `/api/runs/${UNKNOWN}/events`, '/api/runs/nope', `/api/runs/${UNKNOWN}`, `/api/runs/${runId.toUpperCase()}`]) {
+      const res = await call('GET', path);
+      expect(res.status, path).toBe(404);
+      expect(res.body.detail).toBe('Run not found');
+    }
   });
 
-  it('refuses a batch with streaming-complete or error before its end, and malformed relays, writing nothing', async () => {
+  it('refuses malformed relays, writing nothing', async () => {
     const { runId } = await runIn('running');
     for (const body of [
-      { events: [{ event_type: 'streaming-complete' }, { event_type: 'tool-call' }] },
-      { events: [{ event_type: 'tool-call' }, { event_type: 'error', payload: { message: 'x' } }, { event_type: 'tool-call' }] },
-      { events: [{ event_type: 'streaming-complete' }, { event_type: 'error' }] },
       { events: [] },
       {},
       { event_type: 'tool-call', events: [{ event_type: 'tool-call' }] },
@@ -411,7 +449,7 @@ describe('run events', () => {
     ]) {
       await expectRefused(runId, 422, () => relay(runId, body));
     }
-    await expectRefused(runId, 400, () => call('POST', '/api/runs/nope/events', { event_type: 'tool-call' }));
+    await expectRefused(runId, 404, () => call('POST', '/api/runs/nope/events', { event_type: 'tool-call' }));
     expect((await relay(UNKNOWN, { event_type: 'tool-call' })).status).toBe(404);
     expect((await call('POST', `/api/runs/${UNKNOWN}/worker-dispatched`, { worker_id: 'w' })).status).toBe(404);
   });
@@ -420,7 +458,7 @@ describe('run events', () => {
     const { runId } = await runIn('running');
     const r = await relay(runId, { events: [{ event_type: 'text', source: 'worker-stream', payload: { t: 'a' } }, { event_type: 'streaming-complete', source: 'worker-stream', payload: {} }] });
     expect(r.status).toBe(200);
-    expect(r.body.run).toMatchObject({ status: 'completed', error: null, last_seq: 5 });
+    expect(r.body.run).toMatchObject({ status: 'completed', error: null, last_event_seq: 5 });
     expect(r.body.run.finished_at).not.toBeNull();
     expect((await allEvents(runId)).slice(3).map((e) => e.event_type)).toEqual(['text', 'streaming-complete']);
   });
@@ -473,7 +511,7 @@ describe('run events', () => {
     expect((await read({ 'last-event-id': String(polled.length) })).frames).toEqual([]);
     expect((await read({}, `?after_seq=${polled.length + 1}`)).status).toBe(410);
     expect((await read({ 'last-event-id': 'abc' })).status).toBe(400);
-    expect((await fetch(`${stack.url}/api/runs/nope/stream`, { headers: { 'x-windie-runs-key': RUNS_KEY } })).status).toBe(400);
+    expect((await fetch(`${stack.url}/api/runs/nope/stream`, { headers: { 'x-windie-runs-key': RUNS_KEY } })).status).toBe(404);
     expect((await fetch(`${stack.url}/api/runs/${UNKNOWN}/stream`, { headers: { 'x-windie-runs-key': RUNS_KEY } })).status).toBe(404);
   });
 
@@ -520,10 +558,12 @@ describe('create and list', () => {
       status: 'awaiting_worker',
       control_mode: 'agent_only',
       conversation_ref: `run-${run.run_id}`,
-      worker_id: null,
-      last_seq: 1,
+      query_message_id: null,
+      worker: null,
+      last_heartbeat_at: null,
+      last_event_seq: 1,
     });
-    expect(created.body.events).toEqual([expect.objectContaining({ seq: 1, event_type: 'run-created', source: 'backend' })]);
+    expect(created.body.events).toEqual([expect.objectContaining({ seq: 1, event_type: 'run-created', source: 'api' })]);
     const capped = await call('POST', '/api/runs/', { workspace_id: ws, query: 'second' });
     expect(capped.status).toBe(409);
     expectErrorShape(capped);
@@ -586,7 +626,7 @@ describe('create and list', () => {
     expect((await call('GET', `/api/runs?workspace_id=${ws}`)).body.runs[0]).toEqual(await getRun(ids[3]!));
     for (const q of ['', `workspace_id=${ws}&status=done`, `workspace_id=${ws}&surprise=1`]) {
       const res = await call('GET', `/api/runs?${q}`);
-      expect(res.status, q).toBe(400);
+      expect(res.status, q).toBe(422);
       expectErrorShape(res);
     }
   });
@@ -602,18 +642,20 @@ describe('auth', () => {
     ['GET', `/api/runs/${runId}/stream`],
     ['POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-auth', worker_id: 'w' }],
     ['POST', `/api/runs/${runId}/control`, { action: 'stop' }],
-    ['POST', '/api/runs/stop-all', { workspace_id: 'ws-auth' }],
     ['POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'w' }],
     ['POST', `/api/runs/${runId}/events`, { event_type: 'tool-call' }],
   ];
 
-  it('answers 503 on every route when no runs key is configured', async () => {
-    const gw = await stack.addGateway({ RUNS_API_KEY: '' });
-    for (const [method, path, body] of routes(UNKNOWN)) {
+  it('answers 503 on every route when no runs key is configured (stop-all: no control key), as the original', async () => {
+    const gw = await stack.addGateway({ RUNS_API_KEY: '', RUNS_CONTROL_API_KEY: '' });
+    const stopAll: [string, string, unknown?] = ['POST', '/api/runs/stop-all', { workspace_id: 'ws-auth' }];
+    for (const [method, path, body] of [...routes(UNKNOWN), stopAll]) {
       for (const headers of [{ 'x-windie-runs-key': RUNS_KEY }, {}]) {
         const res = await fetch(`http://127.0.0.1:${gw.port}${path}`, { method, headers: { ...headers, ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined });
         expect(res.status, `${method} ${path}`).toBe(503);
-        expectErrorShape({ status: res.status, body: (await res.json()) as Record<string, any> });
+        const answer = { status: res.status, body: (await res.json()) as Record<string, any> };
+        expectErrorShape(answer);
+        expect(answer.body.detail).toBe(path.endsWith('stop-all') ? 'Runs control API key is not configured' : 'Runs API key is not configured');
       }
     }
   });
@@ -623,37 +665,45 @@ describe('auth', () => {
     for (const [method, path, body] of routes(runId)) {
       const variants: Record<string, string | null>[] = [{ 'x-windie-runs-key': null }, { 'x-windie-runs-key': 'wrong' }, { 'x-windie-runs-key': '' }, { 'x-windie-runs-key': null, authorization: `Bearer ${RUNS_KEY}` }];
       for (const headers of variants) {
-        await expectRefused(runId, 401, () => call(method, path, body, headers));
+        const res = await expectRefused(runId, 401, () => call(method, path, body, headers));
+        expect(res.body.detail).toBe('Invalid runs API key');
       }
     }
     expect((await getRun(runId)).status).toBe('running');
   });
 
-  it('reads WINDIE_RUNS_API_KEY too', async () => {
-    const gw = await stack.addGateway({ RUNS_API_KEY: '', WINDIE_RUNS_API_KEY: 'windie-key' });
+  it.each([
+    [{ RUNS_API_KEY: '', WINDIE_RUNS_API_KEY: 'windie-key' }],
+    [{ RUNS_API_KEY: '', WINDIE_DEMO_API_KEY: 'windie-key' }],
+    [{ RUNS_API_KEY: '  windie-key ' }],
+  ])('reads the runs key from %o (the original\'s names, trimmed)', async (env) => {
+    const gw = await stack.addGateway(env);
     const base = `http://127.0.0.1:${gw.port}`;
     expect((await call('GET', `/api/runs/${UNKNOWN}`, undefined, { 'x-windie-runs-key': 'windie-key' }, base)).status).toBe(404);
+    expect((await call('GET', `/api/runs/${UNKNOWN}`, undefined, { 'x-windie-runs-key': ' windie-key ' }, base)).status).toBe(404);
     expect((await call('GET', `/api/runs/${UNKNOWN}`, undefined, { 'x-windie-runs-key': null }, base)).status).toBe(401);
   });
 
-  it('with RUNS_CONTROL_API_KEY, stop-all needs the control key (403 and nothing stopped without it)', async () => {
-    const gw = await stack.addGateway({ RUNS_CONTROL_API_KEY: CONTROL_KEY });
-    const base = `http://127.0.0.1:${gw.port}`;
-    const { ws, runId } = await runIn('running');
-    const variants: Record<string, string>[] = [{}, { 'x-windie-runs-control-key': 'wrong' }, { 'x-windie-runs-control-key': RUNS_KEY }];
-    for (const headers of variants) {
-      for (const body of [{ workspace_id: ws }, {}]) {
-        const res = await expectRefused(runId, 403, () => call('POST', '/api/runs/stop-all', body, headers, base));
-        expect(res.body.error.code).toBe('permission_denied');
+  it.each([[{}], [{ RUNS_CONTROL_API_KEY: '', WINDIE_RUNS_CONTROL_API_KEY: CONTROL_KEY }]])(
+    'stop-all needs the control key alone, as the original: 403 and nothing stopped with the runs key or a wrong one (%o)',
+    async (env) => {
+      const gw = await stack.addGateway(env);
+      const base = `http://127.0.0.1:${gw.port}`;
+      const { ws, runId } = await runIn('running');
+      const variants: Record<string, string | null>[] = [{}, { 'x-windie-runs-control-key': 'wrong' }, { 'x-windie-runs-control-key': RUNS_KEY }, { 'x-windie-runs-key': null }];
+      for (const headers of variants) {
+        for (const body of [{ workspace_id: ws }, {}]) {
+          const res = await expectRefused(runId, 403, () => call('POST', '/api/runs/stop-all', body, headers, base));
+          expect(res.body).toMatchObject({ detail: 'Invalid runs control API key', error: { code: 'permission_denied' } });
+        }
       }
-    }
-    // The control key alone is not the runs key.
-    await expectRefused(runId, 401, () => call('POST', '/api/runs/stop-all', { workspace_id: ws }, { 'x-windie-runs-key': CONTROL_KEY, 'x-windie-runs-control-key': CONTROL_KEY }, base));
-    // Other routes on that gateway need only the runs key.
-    expect((await call('GET', `/api/runs/${runId}`, undefined, {}, base)).status).toBe(200);
-    const ok = await call('POST', '/api/runs/stop-all', { workspace_id: ws, requested_by: 'ops' }, { 'x-windie-runs-control-key': CONTROL_KEY }, base);
-    expect(ok.status).toBe(200);
-    expect(ok.body).toMatchObject({ workspace_id: ws, stopped_run_ids: [runId], count: 1, stopped_task_ids: [] });
-    expect((await getRun(runId)).status).toBe('stopped');
-  });
+      // Other routes on that gateway need only the runs key; the control key is not one.
+      expect((await call('GET', `/api/runs/${runId}`, undefined, {}, base)).status).toBe(200);
+      expect((await call('GET', `/api/runs/${runId}`, undefined, { 'x-windie-runs-key': CONTROL_KEY }, base)).status).toBe(401);
+      const ok = await call('POST', '/api/runs/stop-all', { workspace_id: ws, requested_by: 'ops' }, { 'x-windie-runs-key': null, 'x-windie-runs-control-key': CONTROL_KEY }, base);
+      expect(ok.status).toBe(200);
+      expect(ok.body).toEqual({ workspace_id: ws, stopped_run_ids: [runId], count: 1, stopped_task_ids: [] });
+      expect((await getRun(runId)).status).toBe('stopped');
+    },
+  );
 });

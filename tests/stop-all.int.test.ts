@@ -7,10 +7,11 @@ import { TestStack } from './support/stack.ts';
 // Runs are driven by a seed-style VM worker over plain HTTP; tasks run on a real worker pool.
 
 const RUNS_KEY = 'stop-all-test-key';
+const CONTROL_KEY = 'stop-all-control-key';
 let stack: TestStack;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
+  stack = await TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -19,6 +20,9 @@ afterAll(async () => {
 type Res = { status: number; body: Record<string, any> };
 
 const call = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Res> => runsCall(stack.url, RUNS_KEY, method, path, body, headers);
+
+/** stop-all as an operator sends it: the control key alone (as the original). */
+const stopAll = (body?: unknown): Promise<Res> => runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/stop-all', body, { 'x-windie-runs-key': null, 'x-windie-runs-control-key': CONTROL_KEY });
 
 const tasks = () => httpClient(stack.url, TEST_API_KEY);
 
@@ -32,7 +36,7 @@ const heartbeat = (ws: string, workerId: string, extra: Record<string, unknown> 
   call('POST', '/api/runs/workers/heartbeat', { workspace_id: ws, worker_id: workerId, status: 'ready', ...extra });
 
 const snapshot = async (runId: string) => ({
-  run: (await call('GET', `/api/runs/${runId}`)).body.run,
+  run: (await call('GET', `/api/runs/${runId}`)).body,
   events: (await call('GET', `/api/runs/${runId}/events?limit=1000`)).body.events,
 });
 
@@ -83,7 +87,7 @@ describe('stop-all', () => {
     const b = await populate(ws2);
     const ws2Before = await Promise.all(b.runIds.map(snapshot));
 
-    const scoped = await call('POST', '/api/runs/stop-all', { workspace_id: ws1, requested_by: 'operator' });
+    const scoped = await stopAll({ workspace_id: ws1, requested_by: 'operator' });
     expect(scoped.status).toBe(200);
     expect(scoped.body).toEqual({ workspace_id: ws1, stopped_run_ids: a.runIds, count: 4, stopped_task_ids: a.taskIds });
 
@@ -93,7 +97,7 @@ describe('stop-all', () => {
       expect(run.status).toBe('stopped');
       expect(run.finished_at).not.toBeNull();
       assertContiguous(events.map((e: any) => e.seq));
-      expect(events.at(-1)).toMatchObject({ event_type: 'run-control', payload: { action: 'stop', requested_by: 'operator', status: 'stopped' } });
+      expect(events.at(-1)).toMatchObject({ event_type: 'run-control', source: 'api', payload: { action: 'stop', requested_by: 'operator', status: 'stopped', bulk: true } });
     }
     // Bound workers get a stop command on their next heartbeat (legacy: once), and no new work.
     for (const [worker, runId] of [[a.workers.run, a.running], [a.workers.assigned, a.assigned]] as const) {
@@ -115,10 +119,10 @@ describe('stop-all', () => {
     expect((await heartbeat(ws2, b.workers.run, { status: 'running' })).body.control_commands).toEqual([]);
 
     // Repeating the scoped stop is harmless.
-    expect((await call('POST', '/api/runs/stop-all', { workspace_id: ws1 })).body).toEqual({ workspace_id: ws1, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
+    expect((await stopAll({ workspace_id: ws1 })).body).toEqual({ workspace_id: ws1, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
 
     // Without a workspace: everything else (here, ws2).
-    const all = await call('POST', '/api/runs/stop-all', { requested_by: 'operator' });
+    const all = await stopAll({ requested_by: 'operator' });
     expect(all.status).toBe(200);
     expect(all.body).toEqual({ workspace_id: null, stopped_run_ids: b.runIds, count: 4, stopped_task_ids: b.taskIds });
     for (const runId of b.runIds) expect((await snapshot(runId)).run.status).toBe('stopped');
@@ -131,13 +135,15 @@ describe('stop-all', () => {
     // Repeats (with a body, with none) change nothing.
     const logs = await Promise.all([...a.runIds, ...b.runIds].map(snapshot));
     const taskLogs = await Promise.all([...a.taskIds, ...b.taskIds].map(taskEvents));
-    expect((await call('POST', '/api/runs/stop-all', {})).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
-    expect((await call('POST', '/api/runs/stop-all')).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
+    expect((await stopAll({})).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
+    expect((await stopAll()).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
     await new Promise((r) => setTimeout(r, 300)); // aborted task loops must not write after their terminal event
     expect(await Promise.all([...a.runIds, ...b.runIds].map(snapshot))).toEqual(logs);
     expect(await Promise.all([...a.taskIds, ...b.taskIds].map(taskEvents))).toEqual(taskLogs);
-    // Stopped runs cannot be revived or completed.
-    expect((await call('POST', `/api/runs/${a.running}/events`, { event_type: 'streaming-complete' })).status).toBe(409);
+    // Stopped runs cannot be revived or completed: a late streaming-complete is recorded, the run stays stopped.
+    const late = await call('POST', `/api/runs/${a.running}/events`, { event_type: 'streaming-complete' });
+    expect(late.status).toBe(200);
+    expect(late.body.run.status).toBe('stopped');
     expect((await call('POST', `/api/runs/${a.running}/control`, { action: 'resume' })).status).toBe(409);
   });
 
@@ -145,9 +151,9 @@ describe('stop-all', () => {
     const ws = `ws3-${randomUUID().slice(0, 6)}`;
     const taskId = await createTask(ws);
     await waitRunning(taskId);
-    expect((await call('POST', '/api/runs/stop-all', { workspace_id: `nobody-${randomUUID().slice(0, 6)}` })).body).toMatchObject({ count: 0, stopped_run_ids: [], stopped_task_ids: [] });
+    expect((await stopAll({ workspace_id: `nobody-${randomUUID().slice(0, 6)}` })).body).toMatchObject({ count: 0, stopped_run_ids: [], stopped_task_ids: [] });
     expect(await taskStatus(taskId)).toBe('running');
-    expect((await call('POST', '/api/runs/stop-all', {})).body).toMatchObject({ workspace_id: null, count: 0, stopped_task_ids: [taskId] });
+    expect((await stopAll({})).body).toMatchObject({ workspace_id: null, count: 0, stopped_task_ids: [taskId] });
     expect(await taskStatus(taskId)).toBe('cancelled');
   });
 
@@ -155,12 +161,12 @@ describe('stop-all', () => {
     const ws = `ws4-${randomUUID().slice(0, 6)}`;
     const runId = await createRun(ws);
     for (const body of [{ workspace_id: '' }, { workspace_id: ws, surprise: true }, { workspace_id: 7 }, [ws]]) {
-      const res = await call('POST', '/api/runs/stop-all', body);
+      const res = await stopAll(body);
       expect(res.status, JSON.stringify(body)).toBe(422);
       expect(res.body.error).toMatchObject({ code: 'invalid_argument' });
     }
     expect((await snapshot(runId)).run.status).toBe('awaiting_worker');
-    await call('POST', '/api/runs/stop-all', { workspace_id: ws });
+    await stopAll({ workspace_id: ws });
   });
 
   it('measures stop-all of 200 active runs (printed, not asserted)', async () => {
@@ -173,14 +179,14 @@ describe('stop-all', () => {
       if (i % 2 === 0) await call('POST', `/api/runs/${hb.body.assigned_run.run_id}/worker-dispatched`, { worker_id: `bench-vm-${i}` });
     }
     const started = performance.now();
-    const res = await call('POST', '/api/runs/stop-all', { workspace_id: ws, requested_by: 'bench' });
+    const res = await stopAll({ workspace_id: ws, requested_by: 'bench' });
     const ms = performance.now() - started;
     expect(res.status).toBe(200);
     expect(res.body.count).toBe(200);
     expect(res.body.stopped_run_ids).toEqual([...ids].sort());
     console.log(`[stop-all] 200 active runs (20 bound, 10 running) stopped in ${ms.toFixed(1)} ms`);
     const again = performance.now();
-    expect((await call('POST', '/api/runs/stop-all', { workspace_id: ws })).body.count).toBe(0);
+    expect((await stopAll({ workspace_id: ws })).body.count).toBe(0);
     console.log(`[stop-all] repeat on the same workspace: ${(performance.now() - again).toFixed(1)} ms`);
   });
 });

@@ -36,8 +36,8 @@ describe('VM fleet', () => {
     try {
       const events = await waitForLog(runId, (t) => t.includes('streaming-complete'));
       expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
-      const backend = events.filter((e) => e.source === 'backend').map((e) => e.event_type);
-      expect(backend).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+      const server = events.filter((e) => e.source === 'backend' || e.source === 'api').map((e) => e.event_type);
+      expect(server).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
       const assigned = events.filter((e) => e.event_type === 'run-worker-assigned').map((e) => e.payload.worker_id);
       expect(assigned).toEqual(['vm-a', 'vm-b']);
       expect(events.find((e) => e.event_type === 'run-worker-lost').payload).toMatchObject({ worker_id: 'vm-a', attempts: 1 });
@@ -45,7 +45,7 @@ describe('VM fleet', () => {
       const requeued = events.findIndex((e) => e.event_type === 'run-requeued');
       expect(events.slice(requeued + 1).filter((e) => e.event_type === 'run-dispatched').map((e) => e.payload.worker_id)).toEqual(['vm-b']);
       expect(events.at(-1).event_type).toBe('streaming-complete');
-      expect((await call('GET', `/api/runs/${runId}`)).body.run).toMatchObject({ status: 'completed', worker_id: 'vm-b', attempts: 1 });
+      expect((await call('GET', `/api/runs/${runId}`)).body).toMatchObject({ status: 'completed', worker: expect.objectContaining({ worker_id: 'vm-b' }), attempts: 1 });
     } finally {
       second.kill('SIGKILL');
     }

@@ -19,8 +19,10 @@ export function gatewayConfig(env: Env) {
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 10_000, { min: 0 }),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
-    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
-    runsControlApiKey: str('RUNS_CONTROL_API_KEY'),
+    // The original's names keep their meaning: WINDIE_DEMO_API_KEY is its fallback runs key, and its control key
+    // guards stop-all.
+    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY']),
+    runsControlApiKey: str(['RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY']),
     // As the original: an invalid or non-positive cap means 1.
     runsMaxActivePerWorkspace: positiveIntOr(['RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE'], 1),
     runsWorkerTtlMs: int('RUNS_WORKER_TTL_MS', 30_000, { min: 100 }),

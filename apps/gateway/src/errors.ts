@@ -88,7 +88,7 @@ export function toApiError(err: unknown): ApiError | undefined {
       case 'cursor_ahead':
         return new ApiError('out_of_range', err.message);
       case 'run_not_found':
-        return new ApiError('not_found', 'run not found');
+        return new ApiError('not_found', 'Run not found');
       case 'run_finished':
       case 'worker_mismatch':
       case 'invalid_state':

@@ -15,6 +15,9 @@ export interface BannerInfo {
   /** The runs API's key (x-windie-runs-key) when the stack generated it; undefined when from RUNS_API_KEY. */
   devRunsKey: string | undefined;
   devRunsKeyFile: string;
+  /** The stop-all key (x-windie-runs-control-key) when the stack generated it; undefined when from RUNS_CONTROL_API_KEY. */
+  devRunsControlKey: string | undefined;
+  devRunsControlKeyFile: string;
   dataDir: string;
 }
 
@@ -61,6 +64,7 @@ export function renderBanner(info: BannerInfo): string {
     `  Workers       ${info.workers} process${info.workers === 1 ? '' : 'es'} x ${info.workerConcurrency} concurrent jobs  (WORKERS, WORKER_CONCURRENCY)`,
     `  VM agents     ${info.vmAgents} serving workspace "default"  (VM_AGENTS=0 turns them off)`,
     `  Runs key      ${info.devRunsKey !== undefined ? `${info.devRunsKey}  (x-windie-runs-key; dev key, kept in ${info.devRunsKeyFile})` : 'from RUNS_API_KEY (not shown)'}`,
+    `  Control key   ${info.devRunsControlKey !== undefined ? `${info.devRunsControlKey}  (x-windie-runs-control-key, for stop-all; dev key, kept in ${info.devRunsControlKeyFile})` : 'from RUNS_CONTROL_API_KEY (not shown)'}`,
     `  Data          ${info.dataDir}`,
     '',
     '  Try it (bash, from the repository; the create call keeps the new task id in $TASK):',
@@ -81,6 +85,7 @@ export function renderBanner(info: BannerInfo): string {
     `    RUN=$(curl -s -XPOST ${base}/api/runs/ -H "x-windie-runs-key: $RUNS_KEY" -H 'content-type: application/json' \\`,
     `      -d '${RUN_BODY}' | tee /dev/stderr | grep -o '"run_id":"[^"]*"' | head -1 | cut -d'"' -f4); echo`,
     `    curl -s "${base}/api/runs/$RUN/events?after_seq=0" -H "x-windie-runs-key: $RUNS_KEY"`,
+    `    curl -s -XPOST ${base}/api/runs/stop-all -H "x-windie-runs-control-key: ${info.devRunsControlKey ?? '$RUNS_CONTROL_API_KEY'}" -H 'content-type: application/json' -d '{"workspace_id":"default"}'`,
     '',
     '  Events: poll with after_seq = the last reply\'s next_after_seq; the stream and WatchTeam end after the task\'s last event.',
     '  Ctrl-C (or SIGTERM) stops everything; a second Ctrl-C kills at once.',

@@ -20,7 +20,8 @@ export function stackConfig(env: Env) {
     openaiApiKey: str('OPENAI_API_KEY'),
     apiKey: str('CADRE_API_KEY'),
     workers: int('WORKERS', 1, { min: 1, max: 64 }),
-    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
+    runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY']),
+    runsControlApiKey: str(['RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY']),
     /** vm-agent processes serving workspace `default` (0 turns them off). */
     vmAgents: int('VM_AGENTS', 1, { min: 0, max: 16 }),
     workerConcurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),

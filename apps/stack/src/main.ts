@@ -169,6 +169,9 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   // The runs API has its own key: VM agents hold it, and it must not open the tasks API or gRPC.
   const runsKeyFile = join(config.dataDir, 'dev-runs-key');
   const runsKey = config.runsApiKey ?? loadOrCreateDevApiKey(runsKeyFile).key;
+  // stop-all needs the control key (as the original); operators hold it, VM agents never do.
+  const runsControlKeyFile = join(config.dataDir, 'dev-runs-control-key');
+  const runsControlKey = config.runsControlApiKey ?? loadOrCreateDevApiKey(runsControlKeyFile).key;
 
   const env: Record<string, string | undefined> = {
     ...config.passthroughEnv,
@@ -177,6 +180,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     OPENAI_API_KEY: openaiApiKey,
     CADRE_API_KEY: apiKey,
     RUNS_API_KEY: runsKey,
+    RUNS_CONTROL_API_KEY: runsControlKey,
     // Every child stops if this process dies without stopping it (kill -9), so nothing is left behind.
     CADRE_EXIT_WITH_PARENT: 'true',
     PORT: String(config.port),
@@ -189,7 +193,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   for (let i = 1; i <= config.vmAgents; i++) {
     // A VM agent gets what a VM would have, not the control plane's secrets (Redis, the tasks key): its shell
     // tool runs as the same user.
-    const { REDIS_URL: _redis, CADRE_API_KEY: _key, CADRE_API_KEYS: _keys, ...vmEnv } = env;
+    const { REDIS_URL: _redis, CADRE_API_KEY: _key, CADRE_API_KEYS: _keys, RUNS_CONTROL_API_KEY: _control, WINDIE_RUNS_CONTROL_API_KEY: _windieControl, ...vmEnv } = env;
     stack.spawn(`vm-agent-${i}`, 'apps/vm-agent/src/main.ts', {
       ...vmEnv,
       CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
@@ -221,6 +225,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       vmAgents: config.vmAgents,
       devRunsKey: config.runsApiKey === undefined ? runsKey : undefined,
       devRunsKeyFile: runsKeyFile,
+      devRunsControlKey: config.runsControlApiKey === undefined ? runsControlKey : undefined,
+      devRunsControlKeyFile: runsControlKeyFile,
       dataDir: config.dataDir,
     }),
   );

@@ -31,7 +31,7 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
   const dataDir = mkdtempSync(join(tmpdir(), 'cadre-stack-'));
   const env: Record<string, string | undefined> = { ...process.env, PORT: String(port), CADRE_DATA_DIR: dataDir, LOG_LEVEL: 'warn', RUNS_HEARTBEAT_INTERVAL_MS: '200' };
   // Embedded defaults only: nothing from the developer's shell may point the stack elsewhere.
-  for (const name of ['REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'HOST', 'WORKERS', 'VM_AGENTS']) delete env[name];
+  for (const name of ['REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY', 'HOST', 'WORKERS', 'VM_AGENTS']) delete env[name];
 
   const stack = spawn(process.execPath, ['apps/stack/src/main.ts'], { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
@@ -84,10 +84,10 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     expect(run.status).toBe(200);
     const runId = ((await run.json()) as { run: { run_id: string } }).run.run_id;
     const finished = await until('the run to complete', async () => {
-      const res = (await (await fetch(`${base}/api/runs/${runId}`, { headers: runsHeaders })).json()) as { run: { status: string; worker_id: string } };
-      return res.run.status === 'completed' ? res.run : undefined;
+      const res = (await (await fetch(`${base}/api/runs/${runId}`, { headers: runsHeaders })).json()) as { status: string; worker: { worker_id: string } };
+      return res.status === 'completed' ? res : undefined;
     }, 20_000, out);
-    expect(finished.worker_id).toMatch(/-1$/);
+    expect(finished.worker.worker_id).toMatch(/-1$/);
 
     stack.kill('SIGTERM');
     const code = await Promise.race([exited, sleep(30_000).then(() => 'still running')]);

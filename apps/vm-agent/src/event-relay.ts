@@ -9,7 +9,7 @@ export interface EventRelayOptions {
   workerId: string;
   leaseId: string;
   logger: Logger;
-  /** The gateway answered 409/404: the run ended or this worker lost it. Nothing more is sent. */
+  /** The gateway answered 409/404: this worker no longer holds the run (its lease was lost). Nothing more is sent. */
   onFenced(err: GatewayError): void;
   flushMs?: number;
   maxBatch?: number;

@@ -287,14 +287,15 @@ class ActiveRun {
     const log = this.log.child({ commandId: command.command_id, action: command.action });
     switch (command.action) {
       case 'stop':
-        // The run is already `stopped` server-side: relays now answer 409, so only the courtesy note is tried.
+        // The run is already `stopped` server-side: the log records what follows but the run stays stopped, so only
+        // the acknowledgement is sent.
         if (!this.end('stopped')) return;
         log.info('stop: aborting the run');
         void this.deps.client
           .relay(this.runId, this.deps.config.workerId, this.leaseId, [
             { event_type: 'run-control-applied', source: 'vm-agent', payload: { command_id: command.command_id, action: 'stop', control_mode: this.gate.mode } },
           ], randomUUID())
-          .catch((err: unknown) => (isFenced(err) ? log.debug('run-control-applied for stop refused (run already stopped)') : log.warn({ err: (err as Error).message }, 'run-control-applied for stop failed')));
+          .catch((err: unknown) => (isFenced(err) ? log.debug('run-control-applied for stop refused (the run was handed on)') : log.warn({ err: (err as Error).message }, 'run-control-applied for stop failed')));
         return;
       case 'pause':
         this.gate.pause();

@@ -35,7 +35,7 @@ async function createRun(query: string): Promise<string> {
 }
 
 const events = async (runId: string): Promise<RunEvent[]> => (await call('GET', `/api/runs/${runId}/events?limit=1000`)).body.events;
-const status = async (runId: string): Promise<string> => (await call('GET', `/api/runs/${runId}`)).body.run.status;
+const status = async (runId: string): Promise<string> => (await call('GET', `/api/runs/${runId}`)).body.status;
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -97,7 +97,7 @@ describe('vm-agent: a real process executing runs', () => {
     const log = await events(runId);
     assertContiguous(log.map((e) => e.seq));
     expect(log.map((e) => [e.event_type, e.source])).toEqual([
-      ['run-created', 'backend'],
+      ['run-created', 'api'],
       ['run-worker-assigned', 'backend'],
       ['run-dispatched', 'worker'],
       ['turn-started', 'vm-agent'],
@@ -130,7 +130,7 @@ describe('vm-agent: a real process executing runs', () => {
     expect(await readFile(join(workdir, runId, 'notes/a.txt'), 'utf8')).toBe('alpha');
   });
 
-  it('stop kills the running tool at once; the agent lives on and relays nothing more', async () => {
+  it('stop kills the running tool at once; the agent lives on, acknowledges the stop and relays nothing more', async () => {
     const runId = await createRun('Wait a long time [[scripted:call=shell({"command":"sleep 30 & echo $! > sleep.pid; wait"})]]');
     const pidFile = join(workdir, runId, 'sleep.pid');
     await waitFor('the sleep to start', async () => existsSync(pidFile) && (await readFile(pidFile, 'utf8')).trim() !== '');
@@ -144,11 +144,15 @@ describe('vm-agent: a real process executing runs', () => {
     await waitFor('the sleep to be killed', async () => !isProcessAlive(pid), 3_000);
     expect(agent.exitCode).toBeNull();
 
+    // The acknowledgement of the stop is recorded after the stop (the run stays stopped); nothing follows it.
+    await waitFor('the stop to be acknowledged', async () => (await events(runId)).at(-1)?.event_type === 'run-control-applied', 3_000);
     await sleep(300);
     expect(await status(runId)).toBe('stopped');
     const log = await events(runId);
     assertContiguous(log.map((e) => e.seq));
-    expect(log.at(-1)).toMatchObject({ event_type: 'run-control', payload: { action: 'stop', status: 'stopped' } });
+    const stop = log.at(-2)!;
+    expect(stop).toMatchObject({ event_type: 'run-control', source: 'api', payload: { action: 'stop', status: 'stopped' } });
+    expect(log.at(-1)).toMatchObject({ event_type: 'run-control-applied', source: 'vm-agent', payload: { action: 'stop', command_id: stop.payload.command_id } });
     expect(log.map((e) => e.event_type)).not.toContain('error');
   });
 

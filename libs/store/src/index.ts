@@ -5,6 +5,6 @@ export * from './task-types.ts';
 export { EventFanout, LogWatcher, WatchClosedError, type FanoutOptions, type LoggedEvent, type WatchableLog } from './event-fanout.ts';
 export { connectRedis } from './connect.ts';
 export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, type AgentJobData, type LeadStep } from './team-queue.ts';
-export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult } from './run-store.ts';
+export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';
 export * from './run-types.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';

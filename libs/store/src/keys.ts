@@ -49,6 +49,18 @@ export class KeyBuilder {
     return `${this.prefix}:{w:${workspaceId}}`;
   }
 
+  /** A run's keys (the same shapes run-log.lua derives from the workspace base). */
+  run(workspaceId: string, runId: string): { meta: string; events: string } {
+    const base = `${this.workspace(workspaceId)}:run:${runId}`;
+    return { meta: `${base}:meta`, events: `${base}:events` };
+  }
+
+  /** A workspace's run listing (zset by creation) and active runs (set), as run-log.lua derives them. */
+  workspaceRuns(workspaceId: string): { listing: string; active: string } {
+    const base = this.workspace(workspaceId);
+    return { listing: `${base}:runs`, active: `${base}:active` };
+  }
+
   workspaceTasks(workspaceId: string): string {
     return `${this.workspace(workspaceId)}:tasks`;
   }

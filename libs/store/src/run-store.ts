@@ -16,6 +16,7 @@ import {
   type RunEvent,
   type RunRecord,
   type RunStatus,
+  type RunWorker,
   type VmWorker,
 } from './run-types.ts';
 
@@ -28,6 +29,12 @@ export interface RunStoreOptions {
   workerTtlMs?: number;
   /** Lost workers after which a run fails. */
   maxAttempts?: number;
+}
+
+/** What a write to one run answers, as the original: the run and the event the write appended. */
+export interface RunWithEvent {
+  run: RunRecord;
+  latest_event: RunEvent;
 }
 
 export interface HeartbeatResult {
@@ -83,13 +90,16 @@ export class RunStore {
     await this.redis.multi().set(this.keys.runIndex(runId), input.workspace_id).sadd(this.keys.workspaces(), input.workspace_id).exec();
     const fields = {
       workspace_id: input.workspace_id,
-      agent_id: input.agent_id,
+      agent_id: input.agent_id ?? '',
       query: input.query,
-      requested_by: input.requested_by,
+      requested_by: input.requested_by ?? '',
       files: JSON.stringify(input.files),
       metadata: JSON.stringify(input.metadata),
     };
-    const code = await this.scripts.createRun(...this.route(input.workspace_id), runId, JSON.stringify(fields), cap, this.maxEvents, this.keys.appendedChannel());
+    // As the original: the creator may name the conversation in metadata.conversation_ref.
+    const named = input.metadata.conversation_ref;
+    const conversationRef = typeof named === 'string' ? named.trim().slice(0, 160) : '';
+    const code = await this.scripts.createRun(...this.route(input.workspace_id), runId, JSON.stringify(fields), cap, this.maxEvents, this.keys.appendedChannel(), conversationRef);
     if (code < 0) {
       await this.redis.del(this.keys.runIndex(runId));
       if (idempotencyKey !== undefined) await this.redis.del(this.keys.runIdempotency(input.workspace_id, idempotencyKey));
@@ -112,11 +122,22 @@ export class RunStore {
   }
 
   private metaKey(ws: string, runId: string): string {
-    return `${this.keys.workspace(ws)}:run:${runId}:meta`;
+    return this.keys.run(ws, runId).meta;
   }
 
   private eventsKey(ws: string, runId: string): string {
-    return `${this.keys.workspace(ws)}:run:${runId}:events`;
+    return this.keys.run(ws, runId).events;
+  }
+
+  /** The run and the event at `seq`, read in one round trip (what every write to a run answers). */
+  private async runWithEvent(ws: string, runId: string, seq: number): Promise<RunWithEvent> {
+    const replies = await this.redis.multi().hgetall(this.metaKey(ws, runId)).xrange(this.eventsKey(ws, runId), `${seq}-0`, `${seq}-0`).exec();
+    const [[e1, meta], [e2, entries]] = replies as [[Error | null, Record<string, string>], [Error | null, StreamEntry[]]];
+    if (e1 || e2) throw e1 ?? e2;
+    if (!meta.run_id) throw new StoreError('run_not_found', 'run not found');
+    const entry = entries[0];
+    if (!entry) throw new Error(`run ${runId}: event ${seq} was not recorded`);
+    return { run: toRunRecord(meta), latest_event: decodeRunEntry(entry) };
   }
 
   async getRun(runId: string): Promise<RunRecord | null> {
@@ -128,11 +149,11 @@ export class RunStore {
 
   /** Runs of a workspace, newest first, optionally by status: every active run, and the newest 1,000 of the rest. */
   async listRuns(workspaceId: string, status?: RunStatus): Promise<RunRecord[]> {
-    const base = this.keys.workspace(workspaceId);
-    const [active, recent] = await Promise.all([this.redis.smembers(`${base}:active`), this.redis.zrevrange(`${base}:runs`, 0, 999)]);
+    const keys = this.keys.workspaceRuns(workspaceId);
+    const [active, recent] = await Promise.all([this.redis.smembers(keys.active), this.redis.zrevrange(keys.listing, 0, 999)]);
     const ids = [...new Set([...active, ...recent])];
     const pipeline = this.redis.pipeline();
-    for (const id of ids) pipeline.hgetall(`${base}:run:${id}:meta`);
+    for (const id of ids) pipeline.hgetall(this.metaKey(workspaceId, id));
     const metas = ((await pipeline.exec()) ?? []).map(([, m]) => m as Record<string, string>);
     return metas
       .filter((m) => m.run_id)
@@ -168,9 +189,11 @@ export class RunStore {
    * redelivered until acked); without it each command is delivered once, as the original API did.
    */
   async heartbeat(input: HeartbeatInput, acked: string[] | undefined): Promise<HeartbeatResult> {
+    // Unset strings travel as '' (Lua's cjson turns JSON null into a value that is truthy there).
+    const worker = { ...input, vm_id: input.vm_id ?? '', user_id: input.user_id ?? '', session_id: input.session_id ?? '', agent_id: input.agent_id ?? '' };
     const raw = await this.scripts.heartbeat(
       ...this.route(input.workspace_id),
-      JSON.stringify(input),
+      JSON.stringify(worker),
       this.workerTtlMs,
       this.maxAttempts,
       acked === undefined ? '' : JSON.stringify(acked),
@@ -186,29 +209,31 @@ export class RunStore {
     };
   }
 
-  async dispatch(runId: string, workerId: string, leaseId: string | undefined, payload: Record<string, unknown>): Promise<RunRecord> {
+  /** The holder's dispatch ack; `payload` fields the worker did not send are null. */
+  async dispatch(runId: string, workerId: string, leaseId: string | undefined, payload: { user_id: string | null; turn_ref: string | null; conversation_ref: string | null }): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
     const seq = await this.scripts.dispatchRun(...this.route(ws), runId, workerId, leaseId ?? '', JSON.stringify(payload), this.maxEvents, this.keys.appendedChannel());
     if (seq < 0) throw runScriptError(seq, 'worker-dispatched');
-    return (await this.getRun(runId))!;
+    return this.runWithEvent(ws, runId, seq);
   }
 
-  async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[], batchId?: string): Promise<{ run: RunRecord; last_seq: number }> {
+  async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[], batchId?: string): Promise<RunWithEvent & { last_seq: number }> {
     const ws = await this.requireWorkspace(runId);
-    const encoded = events.map((e) => [e.event_type, e.source ?? 'worker', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
+    const encoded = events.map((e) => [e.event_type, e.source ?? 'worker-stream', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
     const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec, batchId ?? '');
     if (seq < 0) throw runScriptError(seq, 'relay events');
-    const run = (await this.getRun(runId))!;
-    if (isTerminalRunStatus(run.status)) await this.indexEnds([runId]);
-    return { run, last_seq: seq };
+    const out = await this.runWithEvent(ws, runId, seq);
+    if (isTerminalRunStatus(out.run.status)) await this.indexEnds([runId]);
+    return { ...out, last_seq: seq };
   }
 
-  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunRecord> {
+  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
-    const result = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
-    if (typeof result === 'number' && result < 0) throw runScriptError(result, action);
-    if (result === 'stopped') await this.indexEnds([runId]);
-    return (await this.getRun(runId))!;
+    const seq = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
+    if (seq < 0) throw runScriptError(seq, action);
+    const out = await this.runWithEvent(ws, runId, seq);
+    if (out.run.status === 'stopped') await this.indexEnds([runId]);
+    return out;
   }
 
   /** Stops every active run in one workspace, or in every workspace. */
@@ -271,29 +296,34 @@ function toRunRecord(m: Record<string, string>): RunRecord {
   return {
     run_id: m.run_id!,
     workspace_id: m.workspace_id!,
-    agent_id: m.agent_id ?? '',
+    agent_id: orNull(m.agent_id),
+    conversation_ref: m.conversation_ref!,
+    query_message_id: orNull(m.turn_ref),
     query: m.query ?? '',
-    requested_by: m.requested_by ?? '',
+    requested_by: orNull(m.requested_by),
     files: JSON.parse(m.files ?? '[]'),
     metadata: JSON.parse(m.metadata ?? '{}'),
     status: m.status as RunStatus,
     control_mode: m.control_mode as RunRecord['control_mode'],
-    conversation_ref: m.conversation_ref!,
-    worker_id: orNull(m.worker_id),
-    vm_id: orNull(m.vm_id),
-    user_id: orNull(m.user_id),
-    session_id: orNull(m.session_id),
-    turn_ref: orNull(m.turn_ref),
-    attempts: Number(m.attempts ?? 0),
+    worker: m.worker ? toRunWorker(JSON.parse(m.worker)) : null,
     created_at: iso(m.created_at)!,
     updated_at: iso(m.updated_at)!,
+    last_heartbeat_at: iso(m.last_heartbeat_at),
+    last_event_seq: Number(m.seq ?? 0),
+    attempts: Number(m.attempts ?? 0),
     assigned_at: iso(m.assigned_at),
     dispatched_at: iso(m.dispatched_at),
     finished_at: iso(m.finished_at),
     error: orNull(m.error),
-    last_seq: Number(m.seq ?? 0),
   };
 }
+
+function toRunWorker(w: Record<string, unknown>): RunWorker {
+  return { ...(w as unknown as RunWorker), metadata: objectOr(w.metadata), last_heartbeat_at: iso(w.last_heartbeat_at as number)! };
+}
+
+/** Lua's cjson writes an empty object as []: read objects defensively. */
+const objectOr = (v: unknown): Record<string, unknown> => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {});
 
 function toVmWorker(w: Record<string, unknown>): VmWorker {
   const s = (k: string): string | null => (typeof w[k] === 'string' && w[k] !== '' ? (w[k] as string) : null);
@@ -303,8 +333,9 @@ function toVmWorker(w: Record<string, unknown>): VmWorker {
     vm_id: s('vm_id'),
     user_id: s('user_id'),
     session_id: s('session_id'),
+    agent_id: s('agent_id'),
     status: w.status as string,
-    metadata: w.metadata && typeof w.metadata === 'object' && !Array.isArray(w.metadata) ? (w.metadata as Record<string, unknown>) : {},
+    metadata: objectOr(w.metadata),
     last_heartbeat_at: iso(w.last_heartbeat_at as number)!,
     current_run_id: s('run_id'),
   };
@@ -314,9 +345,10 @@ function toAssignedRun(m: Record<string, string>): AssignedRun {
   return {
     run_id: m.run_id!,
     workspace_id: m.workspace_id!,
-    agent_id: m.agent_id ?? '',
+    agent_id: orNull(m.agent_id),
     conversation_ref: m.conversation_ref!,
     query: m.query ?? '',
+    requested_by: orNull(m.requested_by),
     files: JSON.parse(m.files ?? '[]'),
     metadata: JSON.parse(m.metadata ?? '{}'),
     control_mode: m.control_mode as AssignedRun['control_mode'],
@@ -325,7 +357,7 @@ function toAssignedRun(m: Record<string, string>): AssignedRun {
 }
 
 function toCommand(c: Record<string, unknown>): ControlCommand {
-  return { ...(c as unknown as ControlCommand), created_at: iso(c.created_at as number)! };
+  return { ...(c as unknown as ControlCommand), requested_by: typeof c.requested_by === 'string' ? c.requested_by : null, created_at: iso(c.created_at as number)! };
 }
 
 export function isTerminalRunStatus(status: RunStatus): boolean {

@@ -10,40 +10,55 @@ export type ControlMode = (typeof CONTROL_MODES)[number];
 export const CONTROL_ACTIONS = ['pause', 'resume', 'stop', 'set-control-mode'] as const;
 export type ControlAction = (typeof CONTROL_ACTIONS)[number];
 
+/** A file of a run; unset names are null, as in the original. */
 export interface RunFile {
   artifact_id: string;
-  filename: string;
-  content_type: string;
+  filename: string | null;
+  content_type: string | null;
 }
 
 export interface NewRun {
   workspace_id: string;
-  agent_id: string;
+  agent_id: string | null;
   query: string;
-  requested_by: string;
+  requested_by: string | null;
   files: RunFile[];
   metadata: Record<string, unknown>;
 }
 
+/** The worker a run is bound to, as of its latest heartbeat (the original's `run.worker`). */
+export interface RunWorker {
+  worker_id: string;
+  vm_id: string | null;
+  session_id: string | null;
+  agent_id: string | null;
+  user_id: string | null;
+  status: string;
+  metadata: Record<string, unknown>;
+  last_heartbeat_at: string;
+}
+
+/** The run view: the original's fields (unset ones null), then Cadre's additions. */
 export interface RunRecord extends NewRun {
   run_id: string;
+  conversation_ref: string;
+  /** The dispatched query's message id (the worker's `turn_ref`). */
+  query_message_id: string | null;
   status: RunStatus;
   control_mode: ControlMode;
-  conversation_ref: string;
-  worker_id: string | null;
-  vm_id: string | null;
-  user_id: string | null;
-  session_id: string | null;
-  turn_ref: string | null;
-  /** Times the run's worker was lost (lease expired). */
-  attempts: number;
+  worker: RunWorker | null;
   created_at: string;
   updated_at: string;
+  last_heartbeat_at: string | null;
+  last_event_seq: number;
+  // Cadre's additions.
+  /** Times the run's worker was lost (lease expired). */
+  attempts: number;
   assigned_at: string | null;
   dispatched_at: string | null;
   finished_at: string | null;
+  /** Why a failed run failed. */
   error: string | null;
-  last_seq: number;
 }
 
 export interface RunEvent {
@@ -57,9 +72,10 @@ export interface RunEvent {
 export interface HeartbeatInput {
   workspace_id: string;
   worker_id: string;
-  vm_id?: string;
-  user_id?: string;
-  session_id?: string;
+  vm_id?: string | null;
+  user_id?: string | null;
+  session_id?: string | null;
+  agent_id?: string | null;
   status: string;
   metadata: Record<string, unknown>;
 }
@@ -70,9 +86,11 @@ export interface VmWorker {
   vm_id: string | null;
   user_id: string | null;
   session_id: string | null;
+  agent_id: string | null;
   status: string;
   metadata: Record<string, unknown>;
   last_heartbeat_at: string;
+  /** Cadre's addition: the run this worker holds. */
   current_run_id: string | null;
 }
 
@@ -80,21 +98,23 @@ export interface VmWorker {
 export interface AssignedRun {
   run_id: string;
   workspace_id: string;
-  agent_id: string;
+  agent_id: string | null;
   conversation_ref: string;
   query: string;
+  requested_by: string | null;
   files: RunFile[];
   metadata: Record<string, unknown>;
   control_mode: ControlMode;
   lease_id: string;
 }
 
+/** A command for the run's worker; as the original, it carries the run's control mode after the action. */
 export interface ControlCommand {
   command_id: string;
   run_id: string;
   action: ControlAction;
-  control_mode?: ControlMode;
-  requested_by: string;
+  control_mode: ControlMode;
+  requested_by: string | null;
   created_at: string;
 }
 

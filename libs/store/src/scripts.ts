@@ -55,7 +55,7 @@ export interface StoreScripts {
   heartbeat(...args: ScriptArg[]): Promise<string>;
   dispatchRun(...args: ScriptArg[]): Promise<number>;
   relayRunEvents(...args: ScriptArg[]): Promise<number>;
-  controlRun(...args: ScriptArg[]): Promise<number | string>;
+  controlRun(...args: ScriptArg[]): Promise<number>;
   stopAllRuns(...args: ScriptArg[]): Promise<string[]>;
   expireRunLeases(...args: ScriptArg[]): Promise<number>;
 }

@@ -1,6 +1,6 @@
 import type { Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
-import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, HeartbeatResult, ControlAction } from '@cadre/store';
+import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, RunWithEvent, HeartbeatResult, ControlAction } from '@cadre/store';
 import { StoreError, TERMINAL_RUN_STATUSES } from '@cadre/store';
 import { ApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
@@ -24,10 +24,10 @@ export class RunService {
   }
 
   async create(body: CreateRunBody, idempotencyKey?: string): Promise<{ run: RunRecord; events: RunEvent[]; created: boolean }> {
-    const files = (body.files ?? []).map((f) => ({ artifact_id: f.artifact_id, filename: f.filename ?? '', content_type: f.content_type ?? '' }));
+    const files = (body.files ?? []).map((f) => ({ artifact_id: f.artifact_id, filename: f.filename || null, content_type: f.content_type || null }));
     try {
       const out = await this.deps.store.createRun(
-        { workspace_id: body.workspace_id, agent_id: body.agent_id ?? '', query: body.query, requested_by: body.requested_by ?? '', files, metadata: body.metadata ?? {} },
+        { workspace_id: body.workspace_id, agent_id: body.agent_id ?? null, query: body.query, requested_by: body.requested_by ?? null, files, metadata: body.metadata ?? {} },
         this.deps.maxActivePerWorkspace,
         idempotencyKey,
       );
@@ -35,7 +35,8 @@ export class RunService {
       return out;
     } catch (err) {
       if (err instanceof StoreError && err.code === 'run_cap_reached') {
-        throw new ApiError('conflict', `workspace ${body.workspace_id} already has ${this.deps.maxActivePerWorkspace} active run(s) (RUNS_MAX_ACTIVE_PER_WORKSPACE)`);
+        // The original's words.
+        throw new ApiError('conflict', `Active run limit reached for workspace '${body.workspace_id}' (${this.deps.maxActivePerWorkspace}).`);
       }
       throw err;
     }
@@ -44,28 +45,38 @@ export class RunService {
   async get(runId: string): Promise<RunRecord> {
     checkRunId(runId);
     const run = await this.deps.store.getRun(runId);
-    if (!run) throw new ApiError('not_found', 'run not found');
+    if (!run) throw runNotFound();
     return run;
   }
 
   async events(runId: string, afterSeq: number, limit: number): Promise<{ run_id: string; events: RunEvent[]; next_after_seq: number }> {
     checkRunId(runId);
     const page = await this.deps.store.readEvents(runId, afterSeq, limit);
-    if (!page) throw new ApiError('not_found', 'run not found');
+    if (!page) throw runNotFound();
     return { run_id: runId, events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
   }
 
   async heartbeat(body: HeartbeatBody): Promise<HeartbeatResult & { heartbeat_interval_ms: number }> {
     const result = await this.deps.store.heartbeat(
-      { workspace_id: body.workspace_id, worker_id: body.worker_id, vm_id: body.vm_id, user_id: body.user_id, session_id: body.session_id, status: body.status, metadata: body.metadata ?? {} },
+      {
+        workspace_id: body.workspace_id,
+        worker_id: body.worker_id,
+        vm_id: body.vm_id,
+        user_id: body.user_id,
+        session_id: body.session_id,
+        agent_id: body.agent_id,
+        status: body.status,
+        metadata: body.metadata ?? {},
+      },
       body.acked_command_ids,
     );
     return { ...result, heartbeat_interval_ms: this.deps.heartbeatIntervalMs };
   }
 
-  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunRecord> {
+  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
+    // The original validates the body before it looks the run up.
+    if (action === 'set-control-mode' && !controlMode) throw new ApiError('unprocessable', 'control_mode is required when action is set-control-mode');
     checkRunId(runId);
-    if (action === 'set-control-mode' && !controlMode) throw new ApiError('unprocessable', 'set-control-mode requires control_mode: agent_only | shared_control | human_override');
     try {
       return await this.deps.store.control(runId, action, controlMode, requestedBy);
     } catch (err) {
@@ -77,25 +88,29 @@ export class RunService {
     }
   }
 
-  async dispatched(runId: string, body: DispatchedBody): Promise<RunRecord> {
+  async dispatched(runId: string, body: DispatchedBody): Promise<RunWithEvent> {
     checkRunId(runId);
-    const { lease_id, ...payload } = body;
-    return this.deps.store.dispatch(runId, body.worker_id, lease_id, payload);
+    const payload = { user_id: body.user_id ?? null, turn_ref: body.turn_ref ?? null, conversation_ref: body.conversation_ref ?? null };
+    try {
+      return await this.deps.store.dispatch(runId, body.worker_id, body.lease_id, payload);
+    } catch (err) {
+      // The original answers a dispatch by anyone but the holder as it answers an unknown run.
+      if (err instanceof StoreError && (err.code === 'worker_mismatch' || err.code === 'run_not_found')) throw new ApiError('not_found', 'Run not found or worker mismatch');
+      throw err;
+    }
   }
 
-  async relay(runId: string, body: RelayBody): Promise<{ run: RunRecord; last_seq: number }> {
+  async relay(runId: string, body: RelayBody): Promise<RunWithEvent & { last_seq: number }> {
     checkRunId(runId);
     const events = body.events ?? (body.event_type ? [{ event_type: body.event_type, source: body.source, payload: body.payload }] : []);
     if (events.length === 0) throw new ApiError('unprocessable', 'send event_type (one event) or events (a batch)');
     if (body.events && body.event_type) throw new ApiError('unprocessable', 'send either event_type or events, not both');
-    const endsAt = events.findIndex((e) => e.event_type === 'streaming-complete' || e.event_type === 'error');
-    if (endsAt >= 0 && endsAt !== events.length - 1) throw new ApiError('unprocessable', `${events[endsAt]!.event_type} ends the run, so it must be the last event of a batch`);
     return this.deps.store.relay(runId, body.worker_id, body.lease_id, events, body.batch_id);
   }
 
   /** Stops every active run in scope and cancels every unfinished team task in scope, through task cancel. */
-  async stopAll(workspaceId: string | undefined, requestedBy: string): Promise<{ workspace_id: string | null; stopped_run_ids: string[]; count: number; stopped_task_ids: string[] }> {
-    const [stoppedRuns, stoppedTasks] = await Promise.all([this.deps.store.stopAll(workspaceId, requestedBy), this.cancelTasks(workspaceId, requestedBy)]);
+  async stopAll(workspaceId: string | undefined, requestedBy: string | undefined): Promise<{ workspace_id: string | null; stopped_run_ids: string[]; count: number; stopped_task_ids: string[] }> {
+    const [stoppedRuns, stoppedTasks] = await Promise.all([this.deps.store.stopAll(workspaceId, requestedBy ?? ''), this.cancelTasks(workspaceId, requestedBy ?? '')]);
     this.deps.logger.warn({ workspaceId: workspaceId ?? '*', runs: stoppedRuns.length, tasks: stoppedTasks.length, requestedBy }, 'stop-all');
     return { workspace_id: workspaceId ?? null, stopped_run_ids: stoppedRuns, count: stoppedRuns.length, stopped_task_ids: stoppedTasks };
   }
@@ -116,8 +131,8 @@ export class RunService {
 
   async watch(runId: string, afterSeq: number): Promise<LogWatcher<RunEvent> | null> {
     const run = await this.get(runId);
-    if (afterSeq > run.last_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_seq})`);
-    if (afterSeq === run.last_seq && TERMINAL_RUN_STATUSES.includes(run.status)) return null;
+    if (afterSeq > run.last_event_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_event_seq})`);
+    if (afterSeq === run.last_event_seq && TERMINAL_RUN_STATUSES.includes(run.status)) return null;
     return this.deps.fanout.watch(this.deps.store.runLog(runId, run.workspace_id), afterSeq);
   }
 
@@ -126,6 +141,9 @@ export class RunService {
   }
 }
 
+const runNotFound = (): ApiError => new ApiError('not_found', 'Run not found');
+
+/** Run ids are lowercase UUIDs; any other form names no run (404, as the original), without a Redis read. */
 function checkRunId(runId: string): void {
-  if (!isUuid(runId)) throw new ApiError('invalid_argument', `run_id must be a UUID, got "${runId.slice(0, 64)}"`);
+  if (!isUuid(runId) || runId !== runId.toLowerCase()) throw runNotFound();
 }

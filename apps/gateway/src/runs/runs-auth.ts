@@ -3,32 +3,36 @@ import { ApiError } from '../errors.ts';
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 const same = (configured: Buffer, presented: string | undefined): boolean => timingSafeEqual(configured, digest(presented ?? ''));
+/** As the original: surrounding blanks of a configured or presented key do not count; blank is unset. */
+const normalized = (value: string | string[] | undefined): string | undefined => {
+  const v = (Array.isArray(value) ? value[0] : value)?.trim();
+  return v ? v : undefined;
+};
 
 /**
- * The runs API's shared keys: `x-windie-runs-key` on every route, and, when a control key is configured,
- * `x-windie-runs-control-key` on stop-all. Digests compared in constant time; keys are never logged.
+ * The runs API's shared keys, with the original's meaning: `x-windie-runs-key` on every route except stop-all,
+ * which needs the control key (`x-windie-runs-control-key`) instead, so a worker's key cannot stop every
+ * workspace. Without a configured key the routes it guards answer 503. Digests compared in constant time; keys
+ * are never logged.
  */
 export class RunsAuthenticator {
   private readonly runsKey: Buffer | undefined;
   private readonly controlKey: Buffer | undefined;
 
   constructor(opts: { runsKey?: string; controlKey?: string }) {
-    this.runsKey = opts.runsKey ? digest(opts.runsKey) : undefined;
-    this.controlKey = opts.controlKey ? digest(opts.controlKey) : undefined;
+    const runsKey = normalized(opts.runsKey);
+    const controlKey = normalized(opts.controlKey);
+    this.runsKey = runsKey ? digest(runsKey) : undefined;
+    this.controlKey = controlKey ? digest(controlKey) : undefined;
   }
 
   check(header: string | string[] | undefined): void {
-    if (!this.runsKey) throw new ApiError('unavailable', 'the runs API is not configured (set RUNS_API_KEY)');
-    const value = Array.isArray(header) ? header[0] : header;
-    if (!value) throw new ApiError('unauthenticated', 'missing x-windie-runs-key header');
-    if (!same(this.runsKey, value)) throw new ApiError('unauthenticated', 'invalid runs key');
+    if (!this.runsKey) throw new ApiError('unavailable', 'Runs API key is not configured');
+    if (!same(this.runsKey, normalized(header))) throw new ApiError('unauthenticated', 'Invalid runs API key');
   }
 
   checkControl(header: string | string[] | undefined): void {
-    if (!this.controlKey) return;
-    const value = Array.isArray(header) ? header[0] : header;
-    if (!same(this.controlKey, value)) {
-      throw new ApiError('permission_denied', 'stop-all requires the x-windie-runs-control-key header');
-    }
+    if (!this.controlKey) throw new ApiError('unavailable', 'Runs control API key is not configured');
+    if (!same(this.controlKey, normalized(header))) throw new ApiError('permission_denied', 'Invalid runs control API key');
   }
 }

@@ -8,7 +8,8 @@
   KEYS[1] <base>:workers
   ARGV[1] base   ARGV[2] run id   ARGV[3] action   ARGV[4] control mode ('' unless set-control-mode)
   ARGV[5] requested by   ARGV[6] command id   ARGV[7] max events   ARGV[8] channel   ARGV[9] retention seconds
-  Returns the run's new status; or -1 no such run, -2 run finished, -7 action does not fit the run's state.
+  Returns the seq of the run-control event; or -1 no such run, -2 run finished, -7 action does not fit the run's
+  state.
 ]]
 --@include run-log
 
@@ -20,11 +21,11 @@ if RUN_TERMINAL[run.status] then return -2 end
 local now = nowMs()
 local bound = run.worker_id ~= ''
 if action == 'stop' then
-  stopRun(run, commandId, requestedBy, now, maxLen, channel, tonumber(ARGV[9]))
-  return 'stopped'
+  return stopRun(run, commandId, requestedBy, now, maxLen, channel, tonumber(ARGV[9]), false)
 end
 
 local status = run.status
+local controlMode = run.control_mode
 if action == 'pause' then
   if status == 'paused' then return -7 end
   redis.call('HSET', runMeta(runId), 'status', 'paused', 'paused_from', status)
@@ -40,12 +41,10 @@ elseif action == 'resume' then
   redis.call('HSET', runMeta(runId), 'status', status, 'paused_from', '')
 elseif action == 'set-control-mode' then
   redis.call('HSET', runMeta(runId), 'control_mode', mode)
+  controlMode = mode
 else
   return -7
 end
 redis.call('HSET', runMeta(runId), 'updated_at', now)
-if bound then queueCommand(run, commandId, action, mode, requestedBy, now) end
-appendRunEvent(runId, maxLen, channel, 'run-control', 'backend', cjson.encode({
-  action = action, control_mode = mode ~= '' and mode or cjson.null, requested_by = requestedBy,
-  command_id = bound and commandId or cjson.null, status = status }))
-return status
+if bound then queueCommand(run, commandId, action, controlMode, requestedBy, now) end
+return appendControlEvent(runId, maxLen, channel, action, requestedBy, controlMode, status, bound and commandId or '', false)

@@ -1,21 +1,39 @@
 --[[
-  The bound worker reports that it dispatched the run's query: queued -> running, event run-dispatched.
+  The bound worker reports that it dispatched the run's query (worker-dispatched): turn_ref and run-dispatched are
+  recorded, and a queued run becomes running. The original worker sends this only after its query was sent, so
+  its relays may have arrived first (the run is already running) or the run may have ended meanwhile (stopped, or
+  even completed): the ack is still recorded, and a run that ended keeps its status.
   KEYS[1] <base>:workers
   ARGV[1] base   ARGV[2] run id   ARGV[3] worker id   ARGV[4] lease id ('' = not checked, as the original)
-  ARGV[5] payload JSON (worker_id, user_id, turn_ref, conversation_ref)   ARGV[6] max events   ARGV[7] channel
-  Returns the new seq (0 when this worker had already dispatched it: a retry after a lost reply changes nothing);
-  -1 no such run, -2 run finished, -3 worker does not hold the run, -7 run not queued.
+  ARGV[5] payload JSON (worker_id, user_id, turn_ref, conversation_ref; null when not sent)   ARGV[6] max events
+  ARGV[7] channel
+  Returns the seq of the run-dispatched event (a repeat by the same worker changes nothing and returns the first
+  one's seq); -1 no such run, -3 this worker does not hold the run (another worker, another lease, another user).
 ]]
 --@include run-log
 
 local runId, workerId, leaseId = ARGV[2], ARGV[3], ARGV[4]
 local run = loadRun(runId)
 if not run then return -1 end
-if RUN_TERMINAL[run.status] then return -2 end
 if run.worker_id ~= workerId or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
-if run.status == 'running' and run.dispatched_at and run.dispatched_at ~= '' then return 0 end
-if run.status ~= 'queued' then return -7 end
 local payload = cjson.decode(ARGV[5])
+-- As the original: a worker of another user is not the holder.
+if type(payload.user_id) == 'string' and run.user_id ~= '' and run.user_id ~= payload.user_id then return -3 end
+if run.dispatched_at and run.dispatched_at ~= '' then return tonumber(run.dispatched_seq or '0') end
 local now = nowMs()
-redis.call('HSET', runMeta(runId), 'status', 'running', 'turn_ref', payload.turn_ref or '', 'dispatched_at', now, 'updated_at', now)
-return appendRunEvent(runId, ARGV[6], ARGV[7], 'run-dispatched', 'worker', ARGV[5])
+local turnRef = type(payload.turn_ref) == 'string' and payload.turn_ref or ''
+redis.call('HSET', runMeta(runId), 'turn_ref', turnRef, 'dispatched_at', now, 'updated_at', now)
+-- As the original, a conversation_ref in the ack becomes the run's.
+if type(payload.conversation_ref) == 'string' and payload.conversation_ref ~= '' then
+  redis.call('HSET', runMeta(runId), 'conversation_ref', payload.conversation_ref)
+end
+if run.status == 'queued' then
+  redis.call('HSET', runMeta(runId), 'status', 'running')
+elseif run.status == 'paused' then
+  redis.call('HSET', runMeta(runId), 'paused_from', 'running')
+end
+local seq = appendRunEvent(runId, ARGV[6], ARGV[7], 'run-dispatched', 'worker', cjson.encode({
+  worker_id = workerId, user_id = payload.user_id, turn_ref = payload.turn_ref,
+  conversation_ref = (type(payload.conversation_ref) == 'string' and payload.conversation_ref ~= '') and payload.conversation_ref or run.conversation_ref }))
+redis.call('HSET', runMeta(runId), 'dispatched_seq', seq)
+return seq

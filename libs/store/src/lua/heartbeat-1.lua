@@ -9,9 +9,11 @@
   new session_id for the same worker id, or an acking worker reporting `ready` while it holds a dispatched run,
   releases that run (it goes back to the queue as a lost attempt).
   KEYS[1] <base>:workers
-  ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, status, metadata)
+  ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, agent_id, status,
+  metadata; unset strings are '')
   ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
   ARGV[6] max events   ARGV[7] appended channel   ARGV[8] retention seconds
+  The run a worker holds shows it (`worker {...}`, `last_heartbeat_at`) as of this heartbeat.
   Returns JSON { worker, assigned_run (or absent), control_commands, lost }.
 ]]
 --@include run-log
@@ -49,6 +51,7 @@ if w.run_id then
   if run and run.worker_id == w.worker_id and not RUN_TERMINAL[run.status] then
     held = run
     redis.call('ZADD', expiryKey, now + ttl, run.run_id)
+    redis.call('HSET', runMeta(run.run_id), 'worker', runWorkerView(w, now), 'last_heartbeat_at', now)
   else
     w.run_id = nil
   end
@@ -65,11 +68,13 @@ elseif not held and (w.status == 'ready' or w.status == 'running') then
     if run and run.status == 'awaiting_worker' then
       local leaseId = 'L' .. redis.call('HINCRBY', base .. ':leases', 'next', 1)
       redis.call('HSET', runMeta(runId), 'status', 'queued', 'worker_id', w.worker_id, 'vm_id', w.vm_id or '',
-        'user_id', w.user_id or '', 'session_id', w.session_id or '', 'lease_id', leaseId, 'assigned_at', now, 'updated_at', now)
+        'user_id', w.user_id or '', 'session_id', w.session_id or '', 'lease_id', leaseId, 'assigned_at', now, 'updated_at', now,
+        'worker', runWorkerView(w, now), 'last_heartbeat_at', now)
       redis.call('ZADD', expiryKey, now + ttl, runId)
       w.run_id = runId
-      appendRunEvent(runId, maxLen, channel, 'run-worker-assigned', 'backend',
-        cjson.encode({ worker_id = w.worker_id, vm_id = w.vm_id or '', lease_id = leaseId }))
+      appendRunEvent(runId, maxLen, channel, 'run-worker-assigned', 'backend', cjson.encode({ worker_id = w.worker_id,
+        user_id = orNull(w.user_id), vm_id = orNull(w.vm_id), session_id = orNull(w.session_id),
+        agent_id = orNull(w.agent_id), status = 'queued', lease_id = leaseId }))
       assigned = loadRun(runId)
       break
     end

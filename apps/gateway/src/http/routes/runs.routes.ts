@@ -19,6 +19,7 @@ import {
   type DispatchedBody,
   type HeartbeatBody,
   type RelayBody,
+  type StopAllBody,
 } from '../schemas/runs.schema.ts';
 
 export interface RunRoutesDeps {
@@ -31,28 +32,44 @@ interface RunParams {
   run_id: string;
 }
 
+const STOP_ALL = '/api/runs/stop-all';
+
+/** One validation problem as FastAPI reports it (`loc`, `msg`, `type`), so clients of the original read it. */
+function fastApiDetail(err: FastifyError): { loc: (string | number)[]; msg: string; type: string }[] {
+  return (err.validation ?? []).map((v) => {
+    const loc: (string | number)[] = [err.validationContext === 'querystring' ? 'query' : (err.validationContext ?? 'body')];
+    for (const part of v.instancePath.split('/').slice(1)) loc.push(/^\d+$/.test(part) ? Number(part) : part);
+    const params = v.params as { missingProperty?: string; additionalProperty?: string };
+    if (v.keyword === 'required') return { loc: [...loc, String(params.missingProperty)], msg: 'Field required', type: 'missing' };
+    if (v.keyword === 'additionalProperties') return { loc: [...loc, String(params.additionalProperty).slice(0, 64)], msg: 'Extra inputs are not permitted', type: 'extra_forbidden' };
+    return { loc, msg: v.message ?? 'is invalid', type: v.keyword };
+  });
+}
+
 /**
- * The WindieOS "Runs / VM Control" API, on the wire as the original: same paths, fields and header. Errors carry
- * FastAPI's `detail` (what clients of the original read) next to Cadre's `error`; invalid bodies are 422 as there.
+ * The WindieOS "Runs / VM Control" API, on the wire as the original: same paths, fields, header, answers and error
+ * `detail`s (FastAPI's); Cadre's `error {code, message}` rides along. Invalid bodies and query strings are 422 as
+ * there; an unknown run id of any form is 404 `Run not found`.
  */
 export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) => {
-  app.addHook('onRequest', async (request) => deps.runsAuth.check(request.headers['x-windie-runs-key']));
+  // stop-all is guarded by the control key alone (as the original); every other route by the runs key.
+  app.addHook('onRequest', async (request) => {
+    if (request.routeOptions.url === STOP_ALL) deps.runsAuth.checkControl(request.headers['x-windie-runs-control-key']);
+    else deps.runsAuth.check(request.headers['x-windie-runs-key']);
+  });
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const api = toApiError(err);
     if (api) return reply.status(httpStatusOf(api.code)).send({ detail: api.message, error: { code: api.code, message: api.message } });
     if (err.validation) {
-      const first = err.validation[0];
-      const where = `${err.validationContext ?? 'request'}${first?.instancePath ?? ''}`;
-      const message = first?.keyword === 'additionalProperties'
-        ? `${where} has an unknown field "${String((first.params as { additionalProperty?: unknown }).additionalProperty).slice(0, 64)}"`
-        : `${where} ${first?.message ?? 'is invalid'}`;
-      const status = err.validationContext === 'body' ? 422 : 400;
-      return reply.status(status).send({ detail: message, error: { code: 'invalid_argument', message } });
+      const detail = fastApiDetail(err);
+      const first = detail[0];
+      const message = first ? `${first.loc.join('.')}: ${first.msg}` : 'invalid request';
+      return reply.status(422).send({ detail, error: { code: 'invalid_argument', message } });
     }
     const status = err.statusCode ?? 500;
     if (status < 500) return reply.status(status).send({ detail: err.message, error: { code: 'bad_request', message: err.message } });
     request.log.error({ err, url: request.routeOptions.url }, 'runs request failed');
-    return reply.status(500).send({ detail: 'internal error', error: { code: 'internal', message: 'internal error' } });
+    return reply.status(500).send({ detail: 'Internal Server Error', error: { code: 'internal', message: 'internal error' } });
   });
 
   const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined> }) => {
@@ -71,12 +88,12 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
 
   app.post<{ Body: HeartbeatBody }>('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => deps.runs.heartbeat(request.body));
 
-  app.post<{ Body: { workspace_id?: string; requested_by?: string } | null }>('/api/runs/stop-all', { schema: { body: stopAllBody } }, async (request) => {
-    deps.runsAuth.checkControl(request.headers['x-windie-runs-control-key']);
-    return deps.runs.stopAll(request.body?.workspace_id, request.body?.requested_by ?? '');
-  });
+  app.post<{ Body: StopAllBody | null }>(STOP_ALL, { schema: { body: stopAllBody } }, async (request) =>
+    deps.runs.stopAll(request.body?.workspace_id ?? undefined, request.body?.requested_by ?? undefined),
+  );
 
-  app.get<{ Params: RunParams }>('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => ({ run: await deps.runs.get(request.params.run_id) }));
+  // The run itself, as the original (not wrapped).
+  app.get<{ Params: RunParams }>('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.params.run_id));
 
   app.get<{ Params: RunParams; Querystring: { after_seq?: number; limit?: number } }>(
     '/api/runs/:run_id/events',
@@ -93,13 +110,14 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
     },
   );
 
-  app.post<{ Params: RunParams; Body: ControlBody }>('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) => ({
-    run: await deps.runs.control(request.params.run_id, request.body.action, request.body.control_mode, request.body.requested_by ?? ''),
-  }));
+  // Writes to one run answer {run, latest_event}, as the original.
+  app.post<{ Params: RunParams; Body: ControlBody }>('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) =>
+    deps.runs.control(request.params.run_id, request.body.action, request.body.control_mode ?? undefined, request.body.requested_by ?? ''),
+  );
 
-  app.post<{ Params: RunParams; Body: DispatchedBody }>('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) => ({
-    run: await deps.runs.dispatched(request.params.run_id, request.body),
-  }));
+  app.post<{ Params: RunParams; Body: DispatchedBody }>('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
+    deps.runs.dispatched(request.params.run_id, request.body),
+  );
 
   app.post<{ Params: RunParams; Body: RelayBody }>('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>
     deps.runs.relay(request.params.run_id, request.body),

@@ -1,19 +1,23 @@
-// JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's;
-// Cadre's additions are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
+// JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's, and
+// so is what may be null: every field the original declares Optional takes an explicit null. Cadre's additions
+// are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
 import type { HeartbeatInput } from '@cadre/store';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
+/** An Optional[str] of the original: a string, null, or absent. */
+const optionalText = (maxLength: number) => ({ type: ['string', 'null'], maxLength }) as const;
 const id = { type: 'string', minLength: 1, maxLength: 128 } as const;
+const workspaceId = { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' } as const;
 
 export const createRunBody = {
   type: 'object',
   additionalProperties: false,
   required: ['workspace_id', 'query'],
   properties: {
-    workspace_id: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
-    agent_id: text(128),
+    workspace_id: workspaceId,
+    agent_id: optionalText(128),
     query: { type: 'string', minLength: 1, maxLength: 20_000 },
-    requested_by: text(128),
+    requested_by: optionalText(128),
     files: {
       type: 'array',
       maxItems: 32,
@@ -21,7 +25,7 @@ export const createRunBody = {
         type: 'object',
         additionalProperties: false,
         required: ['artifact_id'],
-        properties: { artifact_id: id, filename: text(255), content_type: text(128) },
+        properties: { artifact_id: id, filename: optionalText(255), content_type: optionalText(128) },
       },
     },
     metadata: { type: 'object', maxProperties: 64 },
@@ -30,17 +34,18 @@ export const createRunBody = {
 
 export interface CreateRunBody {
   workspace_id: string;
-  agent_id?: string;
+  agent_id?: string | null;
   query: string;
-  requested_by?: string;
-  files?: { artifact_id: string; filename?: string; content_type?: string }[];
+  requested_by?: string | null;
+  files?: { artifact_id: string; filename?: string | null; content_type?: string | null }[];
   metadata?: Record<string, unknown>;
 }
 
+/** Any run id form is looked up (an unknown one is 404, as the original), so the path only bounds its length. */
 export const runParams = {
   type: 'object',
   required: ['run_id'],
-  properties: { run_id: { type: 'string', maxLength: 64 } },
+  properties: { run_id: { type: 'string', maxLength: 200 } },
 } as const;
 
 export const listRunsQuery = {
@@ -58,11 +63,12 @@ export const heartbeatBody = {
   additionalProperties: false,
   required: ['workspace_id', 'worker_id'],
   properties: {
-    workspace_id: id,
+    workspace_id: workspaceId,
     worker_id: id,
     vm_id: text(128),
     user_id: text(128),
-    session_id: text(128),
+    session_id: optionalText(128),
+    agent_id: optionalText(128),
     status: { type: 'string', minLength: 1, maxLength: 32, default: 'ready' },
     metadata: { type: 'object', maxProperties: 64 },
     acked_command_ids: { type: 'array', maxItems: 1000, items: id },
@@ -78,35 +84,40 @@ export const controlBody = {
   required: ['action'],
   properties: {
     action: { type: 'string', enum: ['pause', 'resume', 'stop', 'set-control-mode'] },
-    control_mode: { type: 'string', enum: ['agent_only', 'shared_control', 'human_override'] },
-    requested_by: text(128),
+    control_mode: { type: ['string', 'null'], enum: ['agent_only', 'shared_control', 'human_override', null] },
+    requested_by: optionalText(128),
   },
 } as const;
 
 export interface ControlBody {
   action: 'pause' | 'resume' | 'stop' | 'set-control-mode';
-  control_mode?: string;
-  requested_by?: string;
+  control_mode?: string | null;
+  requested_by?: string | null;
 }
 
 export const stopAllBody = {
   type: ['object', 'null'],
   additionalProperties: false,
-  properties: { workspace_id: id, requested_by: text(128) },
+  properties: { workspace_id: { ...workspaceId, type: ['string', 'null'] }, requested_by: optionalText(128) },
 } as const;
+
+export interface StopAllBody {
+  workspace_id?: string | null;
+  requested_by?: string | null;
+}
 
 export const dispatchedBody = {
   type: 'object',
   additionalProperties: false,
   required: ['worker_id'],
-  properties: { worker_id: id, user_id: text(128), turn_ref: text(128), conversation_ref: text(160), lease_id: text(64) },
+  properties: { worker_id: id, user_id: text(128), turn_ref: text(128), conversation_ref: optionalText(160), lease_id: text(64) },
 } as const;
 
 export interface DispatchedBody {
   worker_id: string;
   user_id?: string;
   turn_ref?: string;
-  conversation_ref?: string;
+  conversation_ref?: string | null;
   lease_id?: string;
 }
 

@@ -16,6 +16,19 @@ local function commandsKey(workerId) return base .. ':cmds:' .. workerId end
 
 local RUN_TERMINAL = { stopped = true, completed = true, failed = true }
 
+-- Optional strings are stored as '' and shown as null, as the original API shows unset optional fields.
+local function orNull(s)
+  if s == nil or s == '' then return cjson.null end
+  return s
+end
+
+-- The run view's `worker {...}`: the bound worker as of its latest heartbeat (stored on the run as JSON).
+local function runWorkerView(w, now)
+  return cjson.encode({ worker_id = w.worker_id, vm_id = orNull(w.vm_id), session_id = orNull(w.session_id),
+    agent_id = orNull(w.agent_id), user_id = orNull(w.user_id), status = w.status, metadata = w.metadata or {},
+    last_heartbeat_at = now })
+end
+
 local function appendRunEvent(runId, maxLen, channel, eventType, source, payload)
   return appendToLog(runMeta(runId), runEvents(runId), 'run:' .. runId, maxLen, channel,
     { 't', eventType, 's', source, 'p', payload })
@@ -45,20 +58,29 @@ local function finishRun(runId, status, now, errorText, retentionSec)
   redis.call('EXPIRE', runEvents(runId), retentionSec)
 end
 
--- Queues a control command for the run's bound worker; it is delivered on the worker's next heartbeat.
+-- Queues a control command for the run's bound worker; it is delivered on the worker's next heartbeat. As in
+-- the original, every command carries the run's control mode after the action.
 local function queueCommand(run, commandId, action, controlMode, requestedBy, now)
-  local cmd = { command_id = commandId, run_id = run.run_id, action = action, requested_by = requestedBy, created_at = now }
-  if controlMode ~= '' then cmd.control_mode = controlMode end
+  local cmd = { command_id = commandId, run_id = run.run_id, action = action, requested_by = orNull(requestedBy),
+    control_mode = controlMode, created_at = now }
   redis.call('RPUSH', commandsKey(run.worker_id), cjson.encode(cmd))
 end
 
--- Stops one active run: the log gets run-control, its worker (if any) a stop command.
-local function stopRun(run, commandId, requestedBy, now, maxLen, channel, retentionSec)
+-- The run-control event (source `api`, as the original): `command_id` is null when no worker holds the run.
+local function appendControlEvent(runId, maxLen, channel, action, requestedBy, controlMode, status, commandId, bulk)
+  local payload = { action = action, requested_by = orNull(requestedBy), control_mode = controlMode, status = status,
+    command_id = orNull(commandId) }
+  if bulk then payload.bulk = true end
+  return appendRunEvent(runId, maxLen, channel, 'run-control', 'api', cjson.encode(payload))
+end
+
+-- Stops one active run: the log gets run-control, its worker (if any) a stop command. Returns the event's seq.
+local function stopRun(run, commandId, requestedBy, now, maxLen, channel, retentionSec, bulk)
   local bound = run.worker_id ~= nil and run.worker_id ~= ''
-  if bound then queueCommand(run, commandId, 'stop', '', requestedBy, now) end
+  if bound then queueCommand(run, commandId, 'stop', run.control_mode, requestedBy, now) end
   finishRun(run.run_id, 'stopped', now, '', retentionSec)
-  appendRunEvent(run.run_id, maxLen, channel, 'run-control', 'backend',
-    cjson.encode({ action = 'stop', requested_by = requestedBy, command_id = bound and commandId or cjson.null, status = 'stopped' }))
+  return appendControlEvent(run.run_id, maxLen, channel, 'stop', requestedBy, run.control_mode, 'stopped',
+    bound and commandId or '', bulk)
 end
 
 -- Runs whose bound worker stopped heartbeating lose their lease: back to the front of the queue as
@@ -77,7 +99,8 @@ local function expireLeases(now, maxAttempts, maxLen, channel, retentionSec)
         w.run_id = nil
         redis.call('HSET', workersKey, w.worker_id, cjson.encode(w))
       end
-      redis.call('HSET', runMeta(runId), 'attempts', attempts, 'worker_id', '', 'vm_id', '', 'lease_id', '', 'turn_ref', '', 'updated_at', now)
+      redis.call('HSET', runMeta(runId), 'attempts', attempts, 'worker_id', '', 'vm_id', '', 'lease_id', '', 'turn_ref', '',
+        'dispatched_at', '', 'worker', '', 'updated_at', now)
       if attempts >= maxAttempts then
         finishRun(runId, 'failed', now, 'worker lost ' .. attempts .. ' times', retentionSec)
         appendRunEvent(runId, maxLen, channel, 'error', 'backend',
