@@ -22,6 +22,13 @@ export default tseslint.config(
     },
   },
   { files: ['**/*.js'], extends: [tseslint.configs.disableTypeChecked] },
+  // The board runs in the browser (plain ES modules, no build step).
+  {
+    files: ['libs/board/public/**/*.js'],
+    languageOptions: {
+      globals: { window: 'readonly', document: 'readonly', location: 'readonly', sessionStorage: 'readonly', Node: 'readonly', FormData: 'readonly', URLSearchParams: 'readonly', TextDecoderStream: 'readonly', Event: 'readonly' },
+    },
+  },
   // Layer boundaries: a package is reached only through its public surface (its name, i.e. src/index.ts);
   // libs never import apps and apps never import each other. Tests and benches may wire apps together.
   {

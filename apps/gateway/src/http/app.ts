@@ -9,6 +9,7 @@ import type { TaskService } from '../tasks/task-service.ts';
 import { healthRoutes } from './routes/health.routes.ts';
 import { taskRoutes } from './routes/tasks.routes.ts';
 import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
+import { boardPlugin } from './plugins/board.plugin.ts';
 import type { SseSessions } from './sse.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps {
@@ -82,5 +83,6 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(healthRoutes, { ...deps, logLevel: 'warn' });
   app.register(taskRoutes, { ...deps, logLevel: 'warn' });
   app.register(runRoutes, { ...deps, logLevel: 'warn' });
+  app.register(boardPlugin, { logLevel: 'warn' });
   return app;
 }

@@ -1,0 +1,18 @@
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The operator board: static ES modules with no build step, served by the gateway at `/`. It uses only the
+ * public HTTP APIs (tasks with the bearer key, runs with the runs key), as a third-party UI would.
+ */
+export const BOARD_ROOT: string = fileURLToPath(new URL('../public/', import.meta.url));
+
+/**
+ * Headers for every board file: the page may talk only to its own origin and load only its own scripts, so an
+ * injected string in a goal or an event can neither run nor send the key elsewhere.
+ */
+export const BOARD_HEADERS: Readonly<Record<string, string>> = {
+  'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-cache',
+};

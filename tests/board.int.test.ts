@@ -1,0 +1,209 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Page } from 'playwright-core';
+import { TEST_API_KEY, httpClient, runsCall } from '@cadre/testing';
+import { TestStack } from './support/stack.ts';
+import { launchBrowser, type TestBrowser } from './support/browser.ts';
+
+// The board in a real browser (Debian's headless Chromium, driven by playwright-core) against a real gateway,
+// worker pool and scripted model: what an operator sees and clicks. Screenshots land in .artifacts/screenshots.
+
+const RUNS_KEY = 'board-test-runs-key';
+let stack: TestStack;
+let browser: TestBrowser;
+let page: Page;
+let api: ReturnType<typeof httpClient>;
+
+beforeAll(async () => {
+  [stack, browser] = await Promise.all([
+    TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, WORKER_CONCURRENCY: '8' } }),
+    launchBrowser(),
+  ]);
+  page = browser.page;
+  page.setDefaultTimeout(10_000);
+  page.on('pageerror', (err) => console.error('page error:', err.message));
+  api = httpClient(stack.url);
+}, 60_000);
+afterEach(async (ctx) => {
+  // What the page showed when a test failed, beside the other screenshots.
+  if (ctx.task.result?.state === 'fail') console.error('board status line:', await page.locator('#status').textContent().catch(() => ''));
+  if (ctx.task.result?.state === 'fail') await browser.shot(`failed-${ctx.task.name.slice(0, 40).replace(/\W+/g, '-')}`).catch(() => undefined);
+});
+afterAll(async () => {
+  await browser?.close();
+  await stack?.stop();
+});
+
+const newWorkspace = (): string => `ws-${randomUUID().slice(0, 8)}`;
+
+/** Points the signed-in board at another workspace, as a user would: the header field. */
+async function useWorkspace(ws: string): Promise<void> {
+  await page.getByRole('textbox', { name: 'Workspace' }).fill(ws);
+  await page.getByRole('textbox', { name: 'Workspace' }).press('Tab');
+}
+
+/** The seqs in the event log, in the order shown. */
+const shownSeqs = (): Promise<number[]> => page.locator('ol.log li').evaluateAll((rows) => rows.map((r) => Number(r.getAttribute('data-seq'))));
+
+async function waitForTaskStatus(status: string, timeout = 20_000): Promise<void> {
+  await page.locator(`[data-testid="task-status"]:text-is("${status}")`).waitFor({ timeout });
+}
+
+async function createTask(ws: string, goal: string, workers?: string[]): Promise<string> {
+  const res = await api.post<{ task: { task_id: string } }>('/api/tasks', { workspace_id: ws, goal, ...(workers ? { team: { workers: workers.map((role) => ({ role })) } } : {}) });
+  expect(res.status).toBe(201);
+  return res.body.task.task_id;
+}
+
+describe('the board', () => {
+  it('is served at / as static files with a strict content security policy; other paths stay the API 404', async () => {
+    const res = await fetch(`${stack.url}/`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/text\/html/);
+    expect(res.headers.get('content-security-policy')).toContain("connect-src 'self'");
+    expect(await res.text()).toContain('<script type="module" src="/app.js">');
+    expect((await fetch(`${stack.url}/app.js`)).headers.get('content-type')).toMatch(/javascript/);
+    const missing = await fetch(`${stack.url}/nothing-here.js`);
+    expect(missing.status).toBe(404);
+    expect(await missing.json()).toMatchObject({ error: { code: 'not_found' } });
+  });
+
+  it('signs in with the API key, kept in session storage and never in the URL', async () => {
+    await page.goto(stack.url);
+    await page.getByLabel('API key').fill('not-the-key');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: 'not accepted' }).waitFor();
+
+    await page.getByLabel('API key').fill(TEST_API_KEY);
+    await page.getByLabel('Runs key (for the runs view)').fill(RUNS_KEY);
+    await page.getByRole('textbox', { name: 'Workspace' }).fill('board');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Tasks in board' }).waitFor();
+    await browser.shot('01-tasks');
+    expect(page.url()).not.toContain(TEST_API_KEY);
+    expect(await page.evaluate('sessionStorage.getItem("cadre.keys")')).toContain(TEST_API_KEY);
+    expect(await page.evaluate('localStorage.length + document.cookie.length')).toBe(0);
+  });
+
+  it('creates a planned task and shows its workers appear and finish', async () => {
+    await page.getByLabel('Goal').fill('Compare two designs [[scripted:spawn=pro,con,judge]] [[scripted:delay=150]]');
+    await page.getByRole('combobox', { name: /^Team/ }).selectOption('planned');
+    await page.getByRole('button', { name: 'Create task' }).click();
+    await page.waitForURL(/#\/tasks\/[0-9a-f-]{36}$/);
+    const taskId = page.url().split('/').at(-1)!;
+
+    // Spawned workers appear under the lead as they spawn, then all finish.
+    for (const role of ['pro', 'con', 'judge']) await page.getByRole('treeitem', { name: new RegExp(`^${role} `) }).waitFor({ timeout: 20_000 });
+    await waitForTaskStatus('completed');
+    const agents = await page.getByRole('treeitem').evaluateAll((items) => items.map((i) => [i.getAttribute('data-agent-id'), i.getAttribute('data-status')]));
+    expect(agents).toHaveLength(4);
+    expect(agents.every(([, status]) => status === 'completed')).toBe(true);
+    expect(agents[0]![0]).toBe('lead');
+    await page.getByRole('heading', { name: 'Result (completed)' }).waitFor();
+    await page.getByText(/Usage: \d+ tokens/).waitFor();
+
+    const task = (await api.get<{ task: { last_seq: number } }>(`/api/tasks/${taskId}`)).body.task;
+    expect(await shownSeqs()).toEqual(Array.from({ length: task.last_seq }, (_, i) => i + 1));
+    await browser.shot('02-team-view');
+
+    // The list shows it with its team size.
+    await page.getByRole('link', { name: '← Tasks' }).click();
+    const row = page.locator(`tr[data-task-id="${taskId}"]`);
+    await row.waitFor();
+    expect(await row.getAttribute('data-status')).toBe('completed');
+    expect(await row.locator('td').nth(3).textContent()).toBe('4');
+  });
+
+  it('resumes after a reload from its last seq: no event shown twice, none missing', async () => {
+    const taskId = await createTask('board', 'Slow team [[scripted:delay=400]]', ['a', 'b']);
+    const resumedFrom: string[] = [];
+    page.on('request', (req) => {
+      if (req.url().endsWith(`/api/tasks/${taskId}/stream`)) resumedFrom.push(req.headers()['last-event-id'] ?? 'none');
+    });
+    await page.goto(`${stack.url}/#/tasks/${taskId}`);
+    await page.locator('ol.log li').nth(3).waitFor({ timeout: 20_000 });
+    const beforeReload = await shownSeqs();
+    await page.reload();
+    await waitForTaskStatus('completed');
+    const seqs = await shownSeqs();
+    const task = (await api.get<{ task: { last_seq: number } }>(`/api/tasks/${taskId}`)).body.task;
+    expect(seqs).toEqual(Array.from({ length: task.last_seq }, (_, i) => i + 1));
+    // The second stream request resumed where the first page left off (at least there), not from 0.
+    expect(resumedFrom[0]).toBe('0');
+    expect(Number(resumedFrom.at(-1))).toBeGreaterThanOrEqual(beforeReload.at(-1)!);
+    expect(resumedFrom.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('cancels a running task', async () => {
+    const taskId = await createTask('board', 'Never ends [[scripted:delay=20000]]', ['slow']);
+    await page.goto(`${stack.url}/#/tasks/${taskId}`);
+    await page.locator('[data-agent-id="slow-1"][data-status="running"]').waitFor({ timeout: 15_000 });
+    await page.getByRole('button', { name: 'Cancel task' }).click();
+    await waitForTaskStatus('cancelled');
+    await page.locator('[data-agent-id="slow-1"][data-status="failed"]').waitFor();
+    await page.locator('ol.log li[data-type="task_cancelled"]').waitFor();
+    expect(await page.getByRole('button', { name: 'Cancel task' }).isDisabled()).toBe(true);
+    expect((await api.get<{ task: { status: string } }>(`/api/tasks/${taskId}`)).body.task.status).toBe('cancelled');
+    await browser.shot('03-cancelled');
+  });
+
+  it('pauses and resumes a run, and sets its control mode', async () => {
+    const ws = newWorkspace();
+    const created = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, agent_id: 'agent-1', query: 'Tidy the desktop', requested_by: 'test', files: [], metadata: {} });
+    const runId = (created.body.run ?? created.body).run_id as string;
+    await useWorkspace(ws);
+    await page.getByRole('link', { name: 'Runs' }).click();
+    const row = page.locator(`tr[data-run-id="${runId}"]`);
+    await row.locator('text=awaiting_worker').waitFor();
+    const label = `run ${runId.slice(0, 8)}`;
+
+    await page.getByRole('button', { name: `Pause ${label}` }).click();
+    await page.locator(`tr[data-run-id="${runId}"][data-status="paused"]`).waitFor();
+    await browser.shot('04-runs-paused');
+    await page.getByRole('button', { name: `Resume ${label}` }).click();
+    await page.locator(`tr[data-run-id="${runId}"][data-status="awaiting_worker"]`).waitFor();
+    await page.getByLabel(`Control mode of ${label}`).selectOption('shared_control');
+    await page.waitForFunction(async ([url, key, id]) => {
+      const res = await fetch(`${url}/api/runs/${id}`, { headers: { 'x-windie-runs-key': key } });
+      const body = (await res.json()) as { run?: { control_mode: string }; control_mode?: string };
+      return (body.run ?? body).control_mode === 'shared_control';
+    }, [stack.url, RUNS_KEY, runId] as const);
+    const events = await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}/events`);
+    const actions = events.body.events.filter((e: { event_type: string }) => e.event_type === 'run-control').map((e: { payload: { action: string } }) => e.payload.action);
+    expect(actions).toEqual(['pause', 'resume', 'set-control-mode']);
+  });
+
+  it('stop-all names what it will stop, stops it, then shows what it stopped', async () => {
+    const ws = newWorkspace();
+    const created = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, agent_id: 'agent-1', query: 'Long job', requested_by: 'test', files: [], metadata: {} });
+    const runId = (created.body.run ?? created.body).run_id as string;
+    const taskId = await createTask(ws, 'Long team [[scripted:delay=20000]]', ['w']);
+    await useWorkspace(ws);
+    await page.goto(`${stack.url}/#/runs`);
+    await page.getByRole('button', { name: `Stop all in ${ws}…` }).click();
+    const dialog = page.getByRole('alertdialog');
+    await dialog.waitFor();
+    const listed = await dialog.getByRole('list', { name: 'Will stop' }).textContent();
+    expect(listed).toContain(`run ${runId.slice(0, 8)}`);
+    expect(listed).toContain(`task ${taskId.slice(0, 8)}`);
+    expect(await dialog.textContent()).toContain('This stops 1 run(s) and cancels 1 team task(s)');
+    await browser.shot('05-stop-all-confirm');
+    await page.getByRole('button', { name: 'Confirm stop all' }).click();
+    const stopped = page.getByRole('list', { name: 'Stopped' });
+    await stopped.waitFor();
+    expect(await stopped.textContent()).toContain(`run ${runId}`);
+    expect(await stopped.textContent()).toContain(`task ${taskId}`);
+    await page.getByText('Stopped 1 run(s) and cancelled 1 task(s).').waitFor();
+    await page.locator(`tr[data-run-id="${runId}"][data-status="stopped"]`).waitFor();
+    await browser.shot('06-stop-all-done');
+    const run = (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body;
+    expect((run.run ?? run).status).toBe('stopped');
+    expect((await api.get<{ task: { status: string } }>(`/api/tasks/${taskId}`)).body.task.status).toBe('cancelled');
+  });
+
+  it('keeps a place for approvals and says they are not available until the API exists', async () => {
+    await page.getByRole('link', { name: 'Approvals' }).click();
+    await page.getByTestId('approvals-unavailable').waitFor();
+    await browser.shot('07-approvals');
+  });
+});
