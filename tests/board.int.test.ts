@@ -9,6 +9,7 @@ import { launchBrowser, type TestBrowser } from './support/browser.ts';
 // worker pool and scripted model: what an operator sees and clicks. Screenshots land in .artifacts/screenshots.
 
 const RUNS_KEY = 'board-test-runs-key';
+const CONTROL_KEY = 'board-test-control-key';
 let stack: TestStack;
 let browser: TestBrowser;
 let page: Page;
@@ -16,7 +17,7 @@ let api: ReturnType<typeof httpClient>;
 
 beforeAll(async () => {
   [stack, browser] = await Promise.all([
-    TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, WORKER_CONCURRENCY: '8' } }),
+    TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, WORKER_CONCURRENCY: '8' } }),
     launchBrowser(),
   ]);
   page = browser.page;
@@ -76,6 +77,7 @@ describe('the board', () => {
 
     await page.getByLabel('API key').fill(TEST_API_KEY);
     await page.getByLabel('Runs key (for the runs view)').fill(RUNS_KEY);
+    await page.getByLabel('Runs control key (for stop-all)').fill(CONTROL_KEY);
     await page.getByRole('textbox', { name: 'Workspace' }).fill('board');
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByRole('heading', { name: 'Tasks in board' }).waitFor();

@@ -45,10 +45,9 @@ export const runsApi = {
   get: async (id) => runOf(await call('GET', `/api/runs/${encodeURIComponent(id)}`, undefined, runsHeaders())),
   control: async (id, action, controlMode) =>
     runOf(await call('POST', `/api/runs/${encodeURIComponent(id)}/control`, { action, requested_by: 'board', ...(controlMode ? { control_mode: controlMode } : {}) }, runsHeaders())),
-  stopAll: (ws) => {
-    const control = keys()?.controlKey;
-    return call('POST', '/api/runs/stop-all', { workspace_id: ws, requested_by: 'board' }, { ...runsHeaders(), ...(control ? { 'x-windie-runs-control-key': control } : {}) });
-  },
+  // Stop-all is guarded by the control key (older gateways also wanted the runs key: both are sent).
+  stopAll: (ws) =>
+    call('POST', '/api/runs/stop-all', { workspace_id: ws, requested_by: 'board' }, { ...runsHeaders(), 'x-windie-runs-control-key': keys()?.controlKey ?? '' }),
 };
 
 export const approvalsApi = {

@@ -36,7 +36,7 @@ function signInForm() {
     h('p', {}, 'Keys stay in this tab (session storage) and are sent only to this gateway, in headers.'),
     h('label', {}, 'API key', h('input', { name: 'apiKey', type: 'password', required: true, autocomplete: 'off' })),
     h('label', {}, 'Runs key (for the runs view)', h('input', { name: 'runsKey', type: 'password', autocomplete: 'off' })),
-    h('label', {}, 'Runs control key (only if stop-all needs one)', h('input', { name: 'controlKey', type: 'password', autocomplete: 'off' })),
+    h('label', {}, 'Runs control key (for stop-all)', h('input', { name: 'controlKey', type: 'password', autocomplete: 'off' })),
     h('label', {}, 'Workspace', h('input', { name: 'workspace', value: workspace(), required: true, autocomplete: 'off' })),
     h('button', { type: 'submit' }, 'Sign in'),
     error,
