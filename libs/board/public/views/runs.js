@@ -40,7 +40,7 @@ export function runsView(root) {
       h('td', {}, h('span', { class: `badge ${run.status}` }, run.status)),
       h('td', {}, orDash(run.agent_id)),
       h('td', { class: 'goal' }, orDash(run.query)),
-      h('td', {}, orDash(run.worker_id)),
+      h('td', {}, orDash(run.worker?.worker_id ?? run.worker_id)),
       h('td', { class: 'num', title: run.created_at }, duration(Date.now() - Date.parse(run.created_at))),
       h('td', { class: 'actions' },
         h('button', { type: 'button', 'aria-label': `Pause ${label}`, disabled: !['awaiting_worker', 'queued', 'running'].includes(run.status), onclick: () => act(run, 'pause') }, 'Pause'),
