@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -81,6 +82,13 @@ export class TestStack {
     return this.spawnProcess('apps/worker/src/main.ts', 'worker pool ready', env);
   }
 
+  /** A gateway as a real OS process on a free port; resolves once it listens. */
+  async spawnGatewayProcess(env: Record<string, string> = {}): Promise<{ child: ChildProcess; url: string; port: number }> {
+    const port = await freePort();
+    const child = await this.spawnProcess('apps/gateway/src/main.ts', 'gateway listening', { PORT: String(port), ...env });
+    return { child, url: `http://127.0.0.1:${port}`, port };
+  }
+
   /** A vm-agent as a real OS process serving `workspace`; resolves once it printed its start line. */
   spawnVmAgent(workspace: string, workerId: string, env: Record<string, string> = {}): Promise<ChildProcess> {
     return this.spawnProcess('apps/vm-agent/src/main.ts', 'serving workspace', {
@@ -123,4 +131,16 @@ export class TestStack {
     await this.model.close();
     await this.redis.stop();
   }
+}
+
+/** A port nothing listens on right now (the OS's pick, released at once). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }

@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
 import { Counter, Gauge } from 'prom-client';
-import { createMetricsRegistry, type Logger } from '@cadre/observability';
+import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
 import { EventFanout, KeyBuilder, RunStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
+import { grpcTelemetry } from './grpc/telemetry.ts';
 import { buildHttpApp } from './http/app.ts';
 import { SseSessions } from './http/sse.ts';
 import { listenOnePort, type OnePortListener } from './net/one-port.ts';
@@ -30,7 +31,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
   const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
-  const queue = new TeamQueue({ connection: bullConnection, keys });
+  const queue = new TeamQueue({ connection: bullConnection, keys, telemetry: bullmqTelemetry() });
   const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit });
   await fanout.start();
 
@@ -78,6 +79,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const grpc = createGrpcServer({
     services: [agentService({ auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec() })],
     shutdownGraceMs: config.shutdownGraceMs,
+    interceptors: [grpcTelemetry(metrics)],
   });
   const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });
   grpc.health.setServing();

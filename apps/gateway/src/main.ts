@@ -1,3 +1,4 @@
+import { tracing } from './tracing.ts';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger } from '@cadre/observability';
 import { gatewayConfig } from './config.ts';
@@ -18,5 +19,6 @@ onShutdown({
   close: async () => {
     await gateway.close();
     logger.info('gateway stopped');
+    await tracing.shutdown();
   },
 });

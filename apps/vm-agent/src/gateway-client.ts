@@ -1,5 +1,6 @@
 // The runs API as a VM worker sees it: heartbeat, worker-dispatched, relayed events. Wire types come from the
 // store's run contract (type-only: nothing of the store runs here).
+import { SpanKind, inSpan, traceHeaders } from '@cadre/observability';
 import type { AssignedRun, ControlCommand, ControlMode, VmWorker } from '@cadre/store';
 
 export type { AssignedRun, ControlCommand, ControlMode };
@@ -77,26 +78,31 @@ export class GatewayClient {
   }
 
   heartbeat(body: HeartbeatRequest, signal?: AbortSignal): Promise<HeartbeatResponse> {
-    return this.post<HeartbeatResponse>('/api/runs/workers/heartbeat', body, signal);
+    return this.post<HeartbeatResponse>('heartbeat', '/api/runs/workers/heartbeat', body, signal);
   }
 
   async dispatched(runId: string, body: DispatchedRequest): Promise<void> {
-    await this.post(`/api/runs/${encodeURIComponent(runId)}/worker-dispatched`, body);
+    await this.post('dispatch', `/api/runs/${encodeURIComponent(runId)}/worker-dispatched`, body, undefined, runId);
   }
 
   /** Appends events to the run's log in order; the batch's last event may end the run. */
   async relay(runId: string, workerId: string, leaseId: string, events: RelayedEvent[], batchId: string): Promise<void> {
-    await this.post(`/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId, batch_id: batchId });
+    await this.post('relay', `/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId, batch_id: batchId }, undefined, runId);
   }
 
-  private async post<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+  /** Each call is a CLIENT span (`heartbeat`, `dispatch`, `relay`) whose context travels as `traceparent`. */
+  private post<T>(operation: string, path: string, body: unknown, signal?: AbortSignal, runId?: string): Promise<T> {
+    return inSpan(operation, { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', ...(runId && { run_id: runId }) } }, () => this.send<T>(path, body, signal));
+  }
+
+  private async send<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     let res: Response;
     let text: string;
     try {
       res = await fetch(`${this.baseUrl}${path}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-windie-runs-key': this.runsKey },
+        headers: { 'content-type': 'application/json', 'x-windie-runs-key': this.runsKey, ...traceHeaders() },
         body: JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });

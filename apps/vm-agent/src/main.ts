@@ -1,3 +1,4 @@
+import { tracing } from './tracing.ts';
 import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { createModelClient } from '@cadre/agent';
@@ -62,5 +63,6 @@ onShutdown({
     if (!(await executor.whenIdle(config.shutdownGraceMs))) await executor.abandon();
     await heartbeat.stop();
     logger.info('vm-agent stopped');
+    await tracing.shutdown();
   },
 });

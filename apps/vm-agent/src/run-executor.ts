@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type OpenAI from 'openai';
 import { runAgent, type AgentOutcome, type AgentTool } from '@cadre/agent';
-import type { Logger } from '@cadre/observability';
+import { inSpan, type Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
 import type { VmAgentConfig } from './config.ts';
 import { EventRelay } from './event-relay.ts';
@@ -173,7 +173,12 @@ class ActiveRun {
     });
   }
 
-  async execute(): Promise<void> {
+  /** The run's span holds its dispatch, model and tool calls and relays (run_id as attribute). */
+  execute(): Promise<void> {
+    return inSpan('run', { attributes: { run_id: this.runId } }, () => this.executeRun());
+  }
+
+  private async executeRun(): Promise<void> {
     const { config, client } = this.deps;
     if (!isUuid(this.runId)) {
       this.log.error('assigned run id is not a UUID; refusing to use it as a directory name');

@@ -1,3 +1,4 @@
+import { tracing } from './tracing.ts';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger } from '@cadre/observability';
 import { workerConfig } from './config.ts';
@@ -22,5 +23,6 @@ onShutdown({
   close: async () => {
     await pool.close();
     logger.info('worker stopped');
+    await tracing.shutdown();
   },
 });

@@ -2,7 +2,7 @@ import http from 'node:http';
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
-import { createMetricsRegistry, type Logger } from '@cadre/observability';
+import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
@@ -23,7 +23,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const redis = connectRedis(config.redisUrl, 'cadre-worker', { onError: onRedisError });
   const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
-  const queue = new TeamQueue({ connection: redis, keys });
+  const telemetry = bullmqTelemetry();
+  const queue = new TeamQueue({ connection: redis, keys, telemetry });
   const cancels = new CancelRegistry();
   await cancels.listen({ subscriber, redis, keys });
 
@@ -54,6 +55,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     // A stalled job goes back to wait this many times (a lost worker each time) before it fails.
     maxStalledCount: config.maxAttempts - 1,
     autorun: false,
+    // Each attempt continues the trace its job was enqueued in (the context travels in the job's options).
+    ...(telemetry && { telemetry }),
   });
   worker.on('lockRenewalFailed', (jobIds) => {
     for (const id of jobIds) processor.abortJob(id, 'lease_lost');

@@ -2,6 +2,7 @@
 export type {
   AgentFailureReason,
   AgentHooks,
+  AgentObserver,
   AgentOutcome,
   AgentSpec,
   AgentTool,

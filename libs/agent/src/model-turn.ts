@@ -10,6 +10,10 @@ export interface ModelTurn {
   content: string;
   toolCalls: ChatCompletionMessageFunctionToolCall[];
   usage: TokenUsage;
+  /** The first choice's finish_reason (`stop`, `tool_calls`, `length`, ...). */
+  finishReason: string | null;
+  /** The model that answered, as the server names it. */
+  responseModel: string | null;
 }
 
 /**
@@ -29,6 +33,8 @@ export async function streamModelTurn(
   );
   let content = '';
   let finished = false;
+  let finishReason: string | null = null;
+  let responseModel: string | null = null;
   const calls = new Map<number, ChatCompletionMessageFunctionToolCall>();
   const usage: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
   for await (const chunk of stream) {
@@ -39,7 +45,11 @@ export async function streamModelTurn(
     }
     // Only the first choice: the loop never asks for n > 1.
     const choice = chunk.choices.find((c) => c.index === 0);
-    if (choice?.finish_reason) finished = true;
+    if (chunk.model) responseModel = chunk.model;
+    if (choice?.finish_reason) {
+      finished = true;
+      finishReason = choice.finish_reason;
+    }
     const delta = choice?.delta;
     if (!delta) continue;
     if (delta.content) content += delta.content;
@@ -61,5 +71,5 @@ export async function streamModelTurn(
   const toolCalls = [...calls.entries()]
     .sort(([a], [b]) => a - b)
     .map(([index, call]) => (call.id ? call : { ...call, id: `call_${index}` }));
-  return { content, toolCalls, usage };
+  return { content, toolCalls, usage, finishReason, responseModel };
 }

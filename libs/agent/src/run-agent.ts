@@ -7,7 +7,8 @@ import type {
 import type { TokenUsage } from '@cadre/protocol';
 import { isAbortError, untilAborted } from './abort.ts';
 import { streamModelTurn } from './model-turn.ts';
-import type { AgentFailureReason, AgentOutcome, AgentTool, RunAgentOptions, ToolContext } from './types.ts';
+import { observeModelCall, observeToolCall } from './telemetry.ts';
+import type { AgentFailureReason, AgentObserver, AgentOutcome, AgentTool, RunAgentOptions, ToolContext } from './types.ts';
 
 /**
  * Runs one agent to an outcome: model turn, tool calls, repeat until the model answers without tools.
@@ -15,7 +16,7 @@ import type { AgentFailureReason, AgentOutcome, AgentTool, RunAgentOptions, Tool
  * once. A hook that throws is rethrown: it is not an outcome.
  */
 export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
-  const { client, spec, input, hooks } = opts;
+  const { client, spec, input, hooks, observer } = opts;
   const deadline = opts.deadline ?? AbortSignal.timeout(spec.timeoutMs);
   const signal = AbortSignal.any([opts.signal, deadline]);
   const toolsByName = new Map(spec.tools.map((tool) => [tool.name, tool]));
@@ -51,12 +52,13 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     turns++;
     await hooks.onTurn(turns);
     if (signal.aborted) return aborted();
+    const turnStarted = performance.now();
+    const endTurn = (): void => observer?.turn?.({ seconds: (performance.now() - turnStarted) / 1000 });
 
     let turn;
     try {
-      turn = await untilAborted(
-        streamModelTurn(client, { model: spec.model, messages, ...(tools.length > 0 && { tools }) }, signal),
-        signal,
+      turn = await observeModelCall(spec.model, observer, () =>
+        untilAborted(streamModelTurn(client, { model: spec.model, messages, ...(tools.length > 0 && { tools }) }, signal), signal),
       );
     } catch (err) {
       if (signal.aborted) return aborted();
@@ -64,7 +66,10 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     }
     addUsage(usage, turn.usage);
 
-    if (turn.toolCalls.length === 0) return { ok: true, result: turn.content, usage: { ...usage }, turns };
+    if (turn.toolCalls.length === 0) {
+      endTurn();
+      return { ok: true, result: turn.content, usage: { ...usage }, turns };
+    }
     if (turns >= spec.maxTurns) {
       const wanted = turn.toolCalls.map((call) => call.function.name).join(', ');
       return fail('max_turns', `no answer after ${spec.maxTurns} turn${spec.maxTurns === 1 ? '' : 's'}; the model still called: ${wanted}`);
@@ -80,7 +85,7 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     let results: string[];
     try {
       // Concurrent, but the results go back in the model's order so the transcript is deterministic.
-      results = await untilAborted(Promise.all(turn.toolCalls.map((call) => runToolCall(call, toolsByName, ctx))), signal);
+      results = await untilAborted(Promise.all(turn.toolCalls.map((call) => runToolCall(call, toolsByName, ctx, observer))), signal);
     } catch (err) {
       if (signal.aborted) return aborted();
       return fail('tool_error', `tool aborted without a cancel: ${errorText(err)}`);
@@ -88,6 +93,7 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     turn.toolCalls.forEach((call, i) => {
       messages.push({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' });
     });
+    endTurn();
   }
 }
 
@@ -99,25 +105,28 @@ async function runToolCall(
   call: ChatCompletionMessageFunctionToolCall,
   toolsByName: ReadonlyMap<string, AgentTool>,
   ctx: ToolContext,
+  observer: AgentObserver | undefined,
 ): Promise<string> {
   const { name, arguments: rawArgs } = call.function;
   const tool = toolsByName.get(name);
-  if (!tool) {
-    const known = [...toolsByName.keys()].join(', ') || 'none';
-    return `error: unknown tool "${name}"; available tools: ${known}`;
-  }
-  let args: unknown;
-  try {
-    args = rawArgs.trim() === '' ? {} : JSON.parse(rawArgs);
-  } catch (err) {
-    return `error: arguments for ${name} are not valid JSON (${errorText(err)})`;
-  }
-  try {
-    return await tool.run(args, ctx);
-  } catch (err) {
-    if (ctx.signal.aborted || isAbortError(err)) throw err;
-    return `error: ${errorText(err)}`;
-  }
+  return observeToolCall({ name, callId: call.id, known: tool !== undefined }, observer, async () => {
+    if (!tool) {
+      const known = [...toolsByName.keys()].join(', ') || 'none';
+      return { ok: false, text: `error: unknown tool "${name}"; available tools: ${known}` };
+    }
+    let args: unknown;
+    try {
+      args = rawArgs.trim() === '' ? {} : JSON.parse(rawArgs);
+    } catch (err) {
+      return { ok: false, text: `error: arguments for ${name} are not valid JSON (${errorText(err)})` };
+    }
+    try {
+      return { ok: true, text: await tool.run(args, ctx) };
+    } catch (err) {
+      if (ctx.signal.aborted || isAbortError(err)) throw err;
+      return { ok: false, text: `error: ${errorText(err)}` };
+    }
+  });
 }
 
 function addUsage(total: TokenUsage, turn: TokenUsage): void {

@@ -41,6 +41,15 @@ export type AgentOutcome =
   | { ok: true; result: string; usage: TokenUsage; turns: number }
   | { ok: false; reason: AgentFailureReason; message: string; usage: TokenUsage; turns: number };
 
+/** What the loop reports for metrics (all optional; called synchronously, must not throw). */
+export interface AgentObserver {
+  modelCall?(call: { model: string; outcome: 'ok' | 'error'; seconds: number; inputTokens: number; outputTokens: number }): void;
+  /** A turn: its model call and the tool calls it asked for. */
+  turn?(turn: { seconds: number }): void;
+  /** `tool` is the tool's name, or `unknown` for a name the agent does not have. */
+  toolCall?(call: { tool: string; outcome: 'ok' | 'error' | 'aborted'; seconds: number }): void;
+}
+
 export interface RunAgentOptions {
   client: OpenAI;
   spec: AgentSpec;
@@ -53,4 +62,6 @@ export interface RunAgentOptions {
    * it fires as the `timeout` outcome. Default: `spec.timeoutMs` of wall-clock time from the start.
    */
   deadline?: AbortSignal;
+  /** Metrics hooks; spans are recorded regardless (no-ops unless tracing is on). */
+  observer?: AgentObserver;
 }

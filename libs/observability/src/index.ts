@@ -1,2 +1,22 @@
 export { createLogger, type Logger } from './logger.ts';
 export { createMetricsRegistry, type MetricsRegistry } from './metrics.ts';
+export {
+  startTracing,
+  tracingRequested,
+  tracingEnabled,
+  bullmqTelemetry,
+  tracer,
+  inSpan,
+  annotateSpan,
+  traceHeaders,
+  contextFromCarrier,
+  activeTraceIds,
+  traceHttpRequests,
+  nameHttpSpan,
+  SpanKind,
+  SpanStatusCode,
+  type Tracing,
+  type Span,
+  type Attributes,
+  type Context,
+} from './tracing.ts';

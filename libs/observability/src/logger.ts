@@ -1,5 +1,6 @@
 import { writeSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
+import { activeTraceIds } from './tracing.ts';
 
 export type { Logger };
 
@@ -41,7 +42,7 @@ const stdout = {
   },
 };
 
-/** The one logger factory: JSON lines, child loggers carry taskId/workerId. */
+/** The one logger factory: JSON lines, child loggers carry taskId/workerId, each line its trace_id when traced. */
 export function createLogger(opts: { name: string; level?: string }): Logger {
   return pino(
     {
@@ -50,6 +51,8 @@ export function createLogger(opts: { name: string; level?: string }): Logger {
       redact: { paths: REDACT, censor: '[redacted]' },
       base: { pid: process.pid },
       timestamp: pino.stdTimeFunctions.isoTime,
+      // The trace of the work a line belongs to (none when tracing is off), so logs and spans join up.
+      mixin: activeTraceIds,
     },
     stdout,
   );

@@ -1,4 +1,4 @@
-import { FlowProducer, Queue, type ConnectionOptions } from 'bullmq';
+import { FlowProducer, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { KeyBuilder } from './keys.ts';
 import { LEAD_WORKER_ID, type TaskRecord } from './task-types.ts';
@@ -31,10 +31,12 @@ export class TeamQueue {
   readonly queue: Queue<AgentJobData>;
   private readonly flow: FlowProducer;
 
-  constructor(opts: { connection: Redis; keys: KeyBuilder }) {
+  /** `telemetry`: BullMQ's tracing hook; each job then carries its enqueuer's trace context in its options. */
+  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined }) {
     const connection = opts.connection as unknown as ConnectionOptions;
-    this.queue = new Queue<AgentJobData>(AGENT_QUEUE, { connection, prefix: opts.keys.bullPrefix() });
-    this.flow = new FlowProducer({ connection, prefix: opts.keys.bullPrefix() });
+    const telemetry = opts.telemetry ? { telemetry: opts.telemetry } : {};
+    this.queue = new Queue<AgentJobData>(AGENT_QUEUE, { connection, prefix: opts.keys.bullPrefix(), ...telemetry });
+    this.flow = new FlowProducer({ connection, prefix: opts.keys.bullPrefix(), ...telemetry });
   }
 
   /**

@@ -20,6 +20,8 @@ export interface GrpcServerOptions {
   descriptorSetPath?: string;
   /** How long close() lets in-flight calls (e.g. open WatchTeam streams) finish before cutting them. */
   shutdownGraceMs?: number;
+  /** Run around every call (metrics, tracing). */
+  interceptors?: grpc.ServerInterceptor[];
 }
 
 export interface GrpcServerHandle {
@@ -31,7 +33,7 @@ export interface GrpcServerHandle {
 }
 
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
-  const server = new grpc.Server();
+  const server = new grpc.Server({ interceptors: opts.interceptors ?? [] });
   for (const { definition, implementation } of opts.services) server.addService(definition, implementation);
 
   // '' is the whole server; each service is also checked by its full name (e.g. roz.v1.AgentService).

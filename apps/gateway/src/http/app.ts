@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { Ajv } from 'ajv';
 import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify';
-import type { Logger } from '@cadre/observability';
+import { traceHttpRequests, type Logger } from '@cadre/observability';
 import type { Registry } from 'prom-client';
 import type { Authenticator } from '../auth.ts';
 import { httpStatusOf, toApiError } from '../errors.ts';
@@ -11,6 +11,7 @@ import { taskRoutes } from './routes/tasks.routes.ts';
 import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
 import { boardPlugin } from './plugins/board.plugin.ts';
 import type { SseSessions } from './sse.ts';
+import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps {
   logger: Logger;
@@ -52,7 +53,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   const app = fastify({
     loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
     bodyLimit: deps.bodyLimitBytes,
-    serverFactory: (handler) => http.createServer(handler),
+    serverFactory: (handler) => http.createServer(traceHttpRequests(handler)),
     return503OnClosing: true,
   });
   app.setValidatorCompiler(({ schema, httpPart }) =>
@@ -79,6 +80,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     reply.status(404).send({ error: { code: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` } }),
   );
 
+  instrumentHttp(app, deps.metrics);
   // Per-request logs only at warn and above: polling, SSE reconnects and heartbeats would drown the rest.
   app.register(healthRoutes, { ...deps, logLevel: 'warn' });
   app.register(taskRoutes, { ...deps, logLevel: 'warn' });

@@ -1,4 +1,4 @@
-import type { Logger } from '@cadre/observability';
+import { annotateSpan, type Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
 import { StoreError, decodeTaskCursor, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
@@ -35,6 +35,7 @@ export class TaskService {
       { workspace_id: body.workspace_id, goal: body.goal, team, metadata: body.metadata ?? {} },
       idempotencyKey,
     );
+    annotateSpan({ task_id: task.task_id, workspace_id: task.workspace_id });
     // Enqueueing is idempotent (job ids derive from the task), so a retry after a crash between the two
     // steps finishes the first request's work instead of leaving the task queued forever.
     if (task.status === 'queued') {

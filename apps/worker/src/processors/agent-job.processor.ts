@@ -1,7 +1,7 @@
 import { UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
 import type OpenAI from 'openai';
 import { resolveTools, runAgent, type AgentHooks, type AgentOutcome, type AgentTool } from '@cadre/agent';
-import type { Logger } from '@cadre/observability';
+import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
   AGENT_JOB_OPTIONS,
@@ -70,6 +70,8 @@ export class AgentJobProcessor {
   readonly process = async (job: Job<AgentJobData>, token?: string): Promise<AgentJobResult> => {
     if (!token) throw new Error('agent jobs need a lock token');
     const { taskId, workerId } = job.data;
+    // The attempt's span (BullMQ's consumer span, when tracing is on) says which task and agent it ran.
+    annotateSpan({ task_id: taskId, worker_id: workerId, ...(job.data.step && { 'cadre.lead_step': job.data.step }) });
     const log = this.deps.logger.child({ taskId, workerId, jobId: job.id });
     const started = performance.now();
 
@@ -88,9 +90,12 @@ export class AgentJobProcessor {
     const { task, worker } = claim;
     const ac = this.deps.cancels.register(taskId);
     this.running.set(job.id!, ac);
+    log.info({ attempt: worker.attempt, step: job.data.step }, 'agent job started');
     try {
       const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, task, worker, ac, claim.kind) : await this.runWorker(job, token, task, worker, ac);
-      this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', performance.now() - started);
+      const ms = performance.now() - started;
+      this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', ms);
+      log.info({ status: result.status, ms: Math.round(ms) }, 'agent job finished');
       return result;
     } catch (err) {
       return this.settleInterrupted(err, job, token, ac, log);
