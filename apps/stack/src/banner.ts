@@ -56,6 +56,8 @@ export function renderBanner(info: BannerInfo): string {
     '',
     '  Cadre is up.',
     '',
+    `  Board         ${base}/   (open it in a browser; sign in with the API key below)`,
+    `  CLI           npx cadre status   (finds this stack and its dev keys under ${info.dataDir})`,
     `  HTTP API      ${base}   (${reach})`,
     `  gRPC target   ${target}   (plaintext HTTP/2, same port; roz.v1.AgentService, reflection on)`,
     `  API key       ${key}`,

@@ -2,6 +2,7 @@ import { hostname, tmpdir } from 'node:os';
 // `npm start`: the whole stack on embedded defaults (DESIGN "Embedded defaults"). Composition root:
 // config → Redis (REDIS_URL or a private redis-server) → model (OPENAI_BASE_URL or the scripted model in-process)
 // → API key → gateway and worker processes → wait for /readyz → banner; then supervise until a signal or a crash.
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError } from '@cadre/config';
@@ -212,6 +213,9 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     return void stack.stop(1);
   }
 
+  // Where the `cadre` CLI finds this stack (with the dev keys beside it) when CADRE_URL is not set.
+  mkdirSync(config.dataDir, { recursive: true });
+  writeFileSync(join(config.dataDir, 'gateway-url'), `http://${loopbackFor(config.host)}:${config.port}\n`, { mode: 0o600 });
   process.stdout.write(
     renderBanner({
       port: config.port,

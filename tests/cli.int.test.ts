@@ -1,0 +1,213 @@
+import { execFile } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_API_KEY, assertContiguous, httpClient, runsCall } from '@cadre/testing';
+import { TestStack } from './support/stack.ts';
+
+// The `cadre` bin as a user runs it: a child process against a real gateway and worker, its output and exit
+// codes; one run inside tmux for the live tree on a terminal.
+
+const REPO = fileURLToPath(new URL('../', import.meta.url));
+const BIN = join(REPO, 'apps/cli/src/main.ts');
+const RUNS_KEY = 'cli-test-runs-key';
+const CONTROL_KEY = 'cli-test-control-key';
+let stack: TestStack;
+let env: Record<string, string>;
+let cwd: string;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 1, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '10' } });
+  cwd = mkdtempSync(join(tmpdir(), 'cadre-cli-'));
+  env = { PATH: process.env.PATH ?? '', CADRE_URL: stack.url, CADRE_API_KEY: TEST_API_KEY, CADRE_RUNS_KEY: RUNS_KEY, CADRE_RUNS_CONTROL_KEY: CONTROL_KEY, NO_COLOR: '1' };
+});
+afterAll(async () => {
+  await stack?.stop();
+  if (cwd) rmSync(cwd, { recursive: true, force: true });
+});
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the bin (stdout is a pipe, so no TTY) and waits for it to exit. */
+function cadre(args: string[], extraEnv: Record<string, string> = {}, dir = cwd): Promise<Result> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: dir, env: { ...env, ...extraEnv } }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+const newWorkspace = (): string => `ws-${randomUUID().slice(0, 8)}`;
+
+describe('cadre', () => {
+  it('shows its commands in --help and exits 2 on a usage error', async () => {
+    const [help, taskHelp, runHelp, wrong, badLimit] = await Promise.all([
+      cadre(['--help']), cadre(['task', '--help']), cadre(['run', '--help']), cadre(['task', 'fly']), cadre(['task', 'list', '--limit', 'zero']),
+    ]);
+    expect(help.code).toBe(0);
+    for (const word of ['status', 'task', 'run', 'Exit codes']) expect(help.stdout).toContain(word);
+    for (const sub of ['create', 'list', 'get', 'watch', 'cancel']) expect(taskHelp.stdout).toContain(sub);
+    for (const sub of ['list', 'get', 'pause', 'resume', 'stop', 'stop-all']) expect(runHelp.stdout).toContain(sub);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/unknown command/);
+    expect(badLimit.code).toBe(2);
+    expect(badLimit.stderr).toMatch(/--limit must be a positive integer/);
+  });
+
+  it('creates, lists, gets and watches a task to its end (exit 0), piped as plain lines and as JSON lines', async () => {
+    const ws = newWorkspace();
+    const created = await cadre(['-w', ws, 'task', 'create', '--goal', 'Weigh it', '--worker', 'pro', '--worker', 'con']);
+    expect(created.code).toBe(0);
+    const taskId = created.stdout.trim();
+    expect(taskId).toMatch(/^[0-9a-f-]{36}$/);
+
+    const lines = await cadre(['task', 'watch', taskId]);
+    expect(lines.code, lines.stderr).toBe(0);
+    expect(lines.stdout).toMatch(/^#1 \S+ task task_queued queued: Weigh it$/m);
+    expect(lines.stdout).toMatch(/^#\d+ \S+ pro-1 worker_completed/m);
+    expect(lines.stdout).toMatch(/task_completed/);
+    expect(lines.stdout).not.toContain('\u001b['); // no escape codes in a pipe
+
+    const json = await cadre(['--json', 'task', 'watch', taskId]);
+    expect(json.code).toBe(0);
+    const events = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { seq: number; event_type: string });
+    assertContiguous(events.map((e) => e.seq));
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    const resumed = await cadre(['--json', 'task', 'watch', taskId, '--after-seq', String(events.length - 2)]);
+    expect(resumed.stdout.trim().split('\n').map((l) => JSON.parse(l).seq)).toEqual([events.length - 1, events.length]);
+
+    const list = await cadre(['-w', ws, '--json', 'task', 'list']);
+    expect(JSON.parse(list.stdout).tasks.map((t: { task_id: string }) => t.task_id)).toEqual([taskId]);
+    const table = await cadre(['-w', ws, 'task', 'list', '--status', 'completed']);
+    expect(table.stdout).toMatch(new RegExp(`^${taskId}\\s+completed\\s+named\\s+3`, 'm'));
+    const got = await cadre(['task', 'get', taskId]);
+    expect(got.stdout).toMatch(/^status\s+completed$/m);
+    expect(got.stdout).toMatch(/^pro-1\s+pro\s+completed/m);
+  });
+
+  it('exits 3 when the task fails and 4 when it is cancelled', async () => {
+    const failed = await cadre(['task', 'create', '--goal', 'Doomed [[scripted:fail=400]]', '--worker', 'w', '--watch']);
+    expect(failed.code, failed.stdout + failed.stderr).toBe(3);
+    expect(failed.stdout).toMatch(/task_failed/);
+
+    const slow = await cadre(['task', 'create', '--goal', 'Slow [[scripted:delay=20000]]', '--worker', 'w']);
+    const taskId = slow.stdout.trim();
+    const watching = cadre(['task', 'watch', taskId]);
+    const cancelled = await cadre(['task', 'cancel', taskId, '--reason', 'enough']);
+    expect(cancelled.stdout.trim()).toBe(`${taskId} cancelled`);
+    const watched = await watching;
+    expect(watched.code).toBe(4);
+    expect(watched.stdout).toMatch(/task_cancelled task cancelled: enough/);
+    expect(watched.stdout.trim().split('\n').at(-1)).toBe('cancelled: enough');
+  });
+
+  it('lists, pauses, resumes and stops runs; stop-all lists first and stops only with --yes', async () => {
+    const ws = newWorkspace();
+    const mk = async (query: string): Promise<string> => {
+      const res = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, agent_id: 'a', query, requested_by: 't', files: [], metadata: {} });
+      return (res.body.run ?? res.body).run_id as string;
+    };
+    const [one, two] = [await mk('first'), await mk('second')];
+    const list = await cadre(['-w', ws, 'run', 'list']);
+    expect(list.stdout).toMatch(new RegExp(`^${one}\\s+awaiting_worker\\s+agent_only`, 'm'));
+    expect((await cadre(['run', 'pause', one])).stdout.trim()).toBe(`${one} paused agent_only`);
+    expect((await cadre(['run', 'resume', one])).stdout.trim()).toBe(`${one} awaiting_worker agent_only`);
+    expect((await cadre(['run', 'control-mode', one, 'shared_control'])).stdout.trim()).toBe(`${one} awaiting_worker shared_control`);
+    expect(JSON.parse((await cadre(['--json', 'run', 'get', one])).stdout).run).toMatchObject({ run_id: one, control_mode: 'shared_control' });
+    expect((await cadre(['run', 'stop', two])).stdout.trim()).toBe(`${two} stopped agent_only`);
+    const refused = await cadre(['run', 'pause', two]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/HTTP 409/);
+
+    const taskId = (await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', { workspace_id: ws, goal: 'Long [[scripted:delay=20000]]', team: { workers: [{ role: 'w' }] } })).body.task.task_id;
+    const dry = await cadre(['-w', ws, 'run', 'stop-all']);
+    expect(dry.code).toBe(2);
+    expect(dry.stdout).toContain(`would stop 1 run(s) and cancel 1 task(s)`);
+    expect(dry.stdout).toContain(`run  ${one}`);
+    expect(dry.stdout).toContain(`task ${taskId}`);
+    const stillActive = (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${one}`)).body;
+    expect((stillActive.run ?? stillActive).status).toBe('awaiting_worker');
+
+    const done = await cadre(['-w', ws, 'run', 'stop-all', '--yes']);
+    expect(done.code).toBe(0);
+    expect(done.stdout).toContain('stopped 1 run(s) and cancelled 1 task(s)');
+    expect(done.stdout).toContain(`run  ${one}`);
+    expect(done.stdout).toContain(`task ${taskId}`);
+  });
+
+  it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {
+    const project = mkdtempSync(join(tmpdir(), 'cadre-proj-'));
+    try {
+      mkdirSync(join(project, '.cadre'));
+      mkdirSync(join(project, 'sub'));
+      writeFileSync(join(project, '.cadre', 'gateway-url'), `${stack.url}\n`);
+      writeFileSync(join(project, '.cadre', 'dev-api-key'), `${TEST_API_KEY}\n`);
+      const bare = { CADRE_URL: '', CADRE_API_KEY: '', CADRE_RUNS_KEY: '', CADRE_RUNS_CONTROL_KEY: '' };
+      const status = await cadre(['status'], bare, join(project, 'sub'));
+      expect(status.code, status.stderr).toBe(0);
+      expect(status.stdout).toContain(`gateway    ${stack.url}  (from ${join(project, '.cadre', 'gateway-url')})`);
+      expect(status.stdout).toMatch(/healthy\s+yes\s+ready yes/);
+      expect(status.stdout).toContain('workspace  default: 0 running, 0 queued task(s)');
+      expect(status.stdout + status.stderr).not.toContain(TEST_API_KEY);
+
+      const noKey = await cadre(['task', 'list'], bare, tmpdir());
+      expect(noKey.code).toBe(2);
+      expect(noKey.stderr).toMatch(/no API key: set CADRE_API_KEY/);
+      const closed = await closedPort();
+      const noGateway = await cadre(['task', 'list'], { CADRE_URL: `http://127.0.0.1:${closed}` });
+      expect(noGateway.code).toBe(1);
+      expect(noGateway.stderr).toContain(`cannot reach a gateway at http://127.0.0.1:${closed} (ECONNREFUSED)`);
+    } finally {
+      rmSync(project, { recursive: true, force: true });
+    }
+  });
+
+  it('draws the team as a tree redrawn in place on a terminal (tmux)', async () => {
+    const taskId = (await cadre(['task', 'create', '--goal', 'Plan it [[scripted:spawn=pro,con]] [[scripted:delay=200]]'])).stdout.trim();
+    const session = `cadre-cli-${process.pid}`;
+    const envArgs = Object.entries({ ...env, NO_COLOR: '' }).map(([k, v]) => `${k}=${v}`);
+    const command = ['env', ...envArgs.map(shellQuote), shellQuote(process.execPath), shellQuote(BIN), 'task', 'watch', taskId].join(' ');
+    const tmux = promisify(execFile);
+    await tmux('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '30', `${command}; echo EXIT=$?; sleep 30`]);
+    try {
+      let pane = '';
+      for (let i = 0; i < 200 && !pane.includes('EXIT='); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        pane = (await tmux('tmux', ['capture-pane', '-p', '-t', session])).stdout;
+      }
+      expect(pane).toContain('EXIT=0');
+      // One header, one line per agent: the tree was redrawn in place, not appended.
+      expect(pane.match(new RegExp(`task ${taskId}`, 'g'))).toHaveLength(1);
+      expect(pane).toMatch(/^lead lead\s+completed/m);
+      expect(pane).toMatch(/^├─ pro pro-1\s+completed/m);
+      expect(pane).toMatch(/^└─ con con-2\s+completed/m);
+      expect(pane).toMatch(/^completed — \d+ tokens/m);
+      expect(pane).not.toMatch(/task_queued/);
+    } finally {
+      await tmux('tmux', ['kill-session', '-t', session]).catch(() => undefined);
+    }
+  });
+});
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** A port nothing listens on (one just released). */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
