@@ -32,7 +32,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry: bullmqTelemetry() });
-  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit });
+  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit, logger });
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });

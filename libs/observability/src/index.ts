@@ -20,3 +20,4 @@ export {
   type Attributes,
   type Context,
 } from './tracing.ts';
+export { droppedLogLines, LOG_BUFFER_BYTES } from './log-destination.ts';

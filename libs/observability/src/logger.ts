@@ -1,6 +1,6 @@
-import { writeSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
 import { activeTraceIds } from './tracing.ts';
+import { stdoutDestination } from './log-destination.ts';
 
 export type { Logger };
 
@@ -20,29 +20,7 @@ const REDACT = [
   '*.password',
 ];
 
-const pause = new Int32Array(new SharedArrayBuffer(4));
-
-/**
- * Standard output, written synchronously. A full pipe (EAGAIN) is retried for up to ~100 ms and then the line is
- * dropped; a pipe nobody reads any more (EPIPE: the process that started us died) drops it at once. pino's default
- * destination retries EPIPE for ever while flushing at exit, which left orphaned processes spinning.
- */
-const stdout = {
-  write(line: string): void {
-    let bytes = Buffer.from(line);
-    for (let tries = 0; bytes.length > 0; ) {
-      try {
-        bytes = bytes.subarray(writeSync(1, bytes));
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if ((code !== 'EAGAIN' && code !== 'EBUSY') || ++tries > 100) return;
-        Atomics.wait(pause, 0, 0, 1);
-      }
-    }
-  },
-};
-
-/** The one logger factory: JSON lines, child loggers carry taskId/workerId, each line its trace_id when traced. */
+/** The one logger factory: JSON lines on standard output (never blocking; see log-destination.ts), child loggers carry taskId/workerId, each line its trace_id when traced. */
 export function createLogger(opts: { name: string; level?: string }): Logger {
   return pino(
     {
@@ -54,6 +32,6 @@ export function createLogger(opts: { name: string; level?: string }): Logger {
       // The trace of the work a line belongs to (none when tracing is off), so logs and spans join up.
       mixin: activeTraceIds,
     },
-    stdout,
+    stdoutDestination(),
   );
 }

@@ -115,5 +115,43 @@ describe('EventFanout', () => {
     await expect(watcher.next()).rejects.toMatchObject({ code: 'cursor_expired' });
     expect(fanout.watcherCount()).toBe(0);
   });
+
+  it('logs a failing tail read once per outage, with its log and cursor, and says when it reads again', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = {
+      warn: (obj: object, msg: string) => void lines.push({ level: 'warn', ...obj, msg }),
+      info: (obj: object, msg: string) => void lines.push({ level: 'info', ...obj, msg }),
+    };
+    // A short safety poll: the tail keeps retrying on its own, so the outage spans many failed reads.
+    const logged = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), safetyPollMs: 20, logger });
+    await logged.start();
+    try {
+      const taskId = await liveTask();
+      const watcher = await logged.watch(store.taskLog(taskId), 0);
+      const events = store.keys.task(taskId).events;
+      // Break the log for real: the tail's XRANGE now answers WRONGTYPE, on every poll.
+      await redis.rename(events, `${events}:aside`);
+      await redis.set(events, 'not a stream');
+      const reads = logged.tailReads;
+      await until(() => logged.tailReads >= reads + 5 && lines.length > 0);
+      // Mend it and append: a later read succeeds.
+      await redis.del(events);
+      await redis.rename(`${events}:aside`, events);
+      await phase(taskId, 1);
+      await until(() => lines.some((l) => l.level === 'info'));
+      expect(lines).toEqual([
+        expect.objectContaining({ level: 'warn', msg: 'event tail read failed; retrying on the safety poll', logId: taskId, cursor: 2, watchers: 1, err: expect.stringContaining('WRONGTYPE') }),
+        expect.objectContaining({ level: 'info', msg: 'event tail reads again', logId: taskId, cursor: 3 }),
+      ]);
+      expect(lines[1]!.failedReads).toBeGreaterThanOrEqual(4);
+      // The watcher never noticed: it gets every event in order.
+      expect(await collect(watcher, 3)).toEqual([1, 2, 3]);
+    } finally {
+      await logged.close();
+    }
+  });
 });
 
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
+}

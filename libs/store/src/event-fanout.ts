@@ -38,6 +38,17 @@ export interface FanoutOptions {
   /** A tail re-reads this often even without a notification, in case one was lost (e.g. on reconnect). */
   safetyPollMs?: number;
   pageSize?: number;
+  /**
+   * Told when a tail's read fails (Redis down, failing over), once per outage of that tail, and when it reads
+   * again; a pino logger fits. Watchers are unaffected: they catch up from the log themselves.
+   */
+  logger?: FanoutLogger;
+}
+
+/** The part of a (pino) logger the fan-out uses. */
+export interface FanoutLogger {
+  warn(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
 }
 
 /** Why a watch ended early; every code is resumable from `lastSeq`. */
@@ -59,6 +70,8 @@ export class EventFanout {
   private readonly bufferLimit: number;
   private readonly safetyPollMs: number;
   readonly pageSize: number;
+  /** @internal */
+  readonly logger: FanoutLogger | undefined;
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
@@ -71,6 +84,7 @@ export class EventFanout {
     this.bufferLimit = opts.watcherBufferLimit ?? 1024;
     this.safetyPollMs = opts.safetyPollMs ?? 2000;
     this.pageSize = opts.pageSize ?? 500;
+    this.logger = opts.logger;
   }
 
   async start(): Promise<void> {
@@ -152,6 +166,8 @@ class LogTail<E extends LoggedEvent> {
   private again = false;
   private ended = false;
   private poll: NodeJS.Timeout | undefined;
+  /** Reads failed in a row: the first is logged, the rest are the same outage until a read succeeds. */
+  private failedReads = 0;
   private readonly fanout: EventFanout;
   private readonly log: WatchableLog<E>;
   private readonly onEmpty: () => void;
@@ -199,8 +215,16 @@ class LogTail<E extends LoggedEvent> {
           }
         } while (page.length === this.fanout.pageSize);
       } while (this.again && !this.ended);
-    } catch {
-      // A failed read is retried by the safety poll; watchers still catch up from the log themselves.
+      if (this.failedReads > 0) {
+        this.fanout.logger?.info({ logId: this.log.id, cursor: this.cursor, failedReads: this.failedReads }, 'event tail reads again');
+        this.failedReads = 0;
+      }
+    } catch (err) {
+      // Retried by the safety poll (and the next notification); watchers still catch up from the log themselves.
+      if (this.failedReads++ === 0) {
+        const reason = err instanceof Error ? err.message : String(err);
+        this.fanout.logger?.warn({ logId: this.log.id, cursor: this.cursor, watchers: this.watchers.size, err: reason }, 'event tail read failed; retrying on the safety poll');
+      }
     } finally {
       this.reading = false;
     }

@@ -8,6 +8,8 @@ export interface TestRedis {
   stop(): Promise<void>;
 }
 
+let warnedFallback = false;
+
 /**
  * A private Redis for one test file: a testcontainers Redis where a Docker engine is reachable, else a
  * redis-server child on a free port. Never the machine's shared Redis.
@@ -18,8 +20,14 @@ export async function startTestRedis(): Promise<TestRedis> {
       const { RedisContainer } = await import('@testcontainers/redis');
       const container = await new RedisContainer('redis:7-alpine').start();
       return { url: container.getConnectionUrl(), stop: async () => void (await container.stop()) };
-    } catch {
-      // A socket without a working engine (as on this project's CI machines): fall back to redis-server.
+    } catch (err) {
+      // A socket without a working engine (as on this project's CI machines): fall back to redis-server, and say
+      // why once per process rather than on every test file's start.
+      if (!warnedFallback) {
+        warnedFallback = true;
+        const where = process.env.DOCKER_HOST ?? '/var/run/docker.sock';
+        process.stderr.write(`@cadre/testing: testcontainers Redis did not start via ${where} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using a redis-server child instead\n`);
+      }
     }
   }
   const redis = await startEmbeddedRedis();
