@@ -7,7 +7,17 @@ export type AbortCause = 'cancelled' | 'shutdown' | 'lease_lost';
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 
 /**
- * The running loops of this process by task, so a cancel published by any gateway reaches them within
+ * How the once-a-second check tells that a loop's owner ended without the message reaching us: a hash field
+ * whose value says so. Tasks: the task's status turned terminal. Session turns: the turn's lease changed.
+ */
+export interface DurableCheck {
+  key: string;
+  field: string;
+  ended(value: string | null): boolean;
+}
+
+/**
+ * The running loops of this process by task (or session), so a cancel published by any gateway reaches them within
  * milliseconds (BullMQ's cancelJob only reaches the worker it is called on). The durable half of cancel is the
  * task's status: every event append checks it, and a once-a-second check of the running tasks' status catches a
  * cancel whose message was lost (published while this subscriber was reconnecting) while a loop sits in a long
@@ -15,6 +25,7 @@ const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
  */
 export class CancelRegistry {
   private readonly running = new Map<string, Set<AbortController>>();
+  private readonly checks = new Map<string, DurableCheck>();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
@@ -37,19 +48,22 @@ export class CancelRegistry {
     clearTimeout(this.timer);
   }
 
-  /** One pipelined status read for every task with a running loop here; aborts the loops of ended tasks. */
+  /** One pipelined read for every task or session with a running loop here; aborts the loops whose owner ended. */
   private async checkStatuses(redis: Redis, keys: KeyBuilder): Promise<void> {
-    const taskIds = [...this.running.keys()];
-    if (taskIds.length === 0) return;
+    const ids = [...this.running.keys()];
+    if (ids.length === 0) return;
+    const checks = ids.map((id) => this.checks.get(id) ?? taskCheck(keys, id));
     const pipeline = redis.pipeline();
-    for (const taskId of taskIds) pipeline.hget(keys.task(taskId).meta, 'status');
+    for (const check of checks) pipeline.hget(check.key, check.field);
     const replies = (await pipeline.exec().catch(() => null)) ?? [];
-    replies.forEach(([err, status], i) => {
-      if (!err && TERMINAL.has(status as string)) this.abortTask(taskIds[i]!, 'cancelled');
+    replies.forEach(([err, value], i) => {
+      if (!err && checks[i]!.ended(value as string | null)) this.abortTask(ids[i]!, 'cancelled');
     });
   }
 
-  register(taskId: string): AbortController {
+  /** Registers a loop of `taskId` (a task, or a session with its own durable check). */
+  register(taskId: string, check?: DurableCheck): AbortController {
+    if (check) this.checks.set(taskId, check);
     const ac = new AbortController();
     let set = this.running.get(taskId);
     if (!set) this.running.set(taskId, (set = new Set()));
@@ -60,7 +74,10 @@ export class CancelRegistry {
   unregister(taskId: string, ac: AbortController): void {
     const set = this.running.get(taskId);
     set?.delete(ac);
-    if (set?.size === 0) this.running.delete(taskId);
+    if (set?.size === 0) {
+      this.running.delete(taskId);
+      this.checks.delete(taskId);
+    }
   }
 
   abortTask(taskId: string, cause: AbortCause): void {
@@ -76,4 +93,8 @@ export class CancelRegistry {
     for (const set of this.running.values()) n += set.size;
     return n;
   }
+}
+
+function taskCheck(keys: KeyBuilder, taskId: string): DurableCheck {
+  return { key: keys.task(taskId).meta, field: 'status', ended: (status) => TERMINAL.has(status as string) };
 }

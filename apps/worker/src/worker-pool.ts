@@ -3,9 +3,11 @@ import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
-import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
+import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
+import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
+import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
 import type { WorkerConfig } from './config.ts';
 
 export interface WorkerPool {
@@ -25,6 +27,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry });
+  const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask });
+  const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry });
   const cancels = new CancelRegistry();
   await cancels.listen({ subscriber, redis, keys });
 
@@ -33,11 +37,12 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
   new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
 
+  const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   const processor = new AgentJobProcessor({
     store,
     queue,
     cancels,
-    model: createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries }),
+    model,
     defaultModel: config.model,
     hostId: config.hostId,
     maxTurns: config.maxTurns,
@@ -46,7 +51,20 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
   });
 
-  const worker = new Worker<AgentJobData, AgentJobResult>(AGENT_QUEUE, processor.process, {
+  const sessions = new SessionJobProcessor({
+    runner: new TurnRunner({
+      store: sessionStore, queue: sessionQueue, model, hostId: config.hostId, flushMs: config.sessionFlushMs,
+      maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
+    }),
+    cancels,
+    keys,
+    logger,
+  });
+
+  // One queue, one pool of slots: team agents and session turns (and tool deadlines) share the concurrency.
+  const dispatch = (job: Job<AgentJobData | SessionJobData>, token?: string): Promise<AgentJobResult | SessionJobResult> =>
+    SessionJobProcessor.handles(job) ? sessions.process(job as Job<SessionJobData>, token) : processor.process(job as Job<AgentJobData>, token);
+  const worker = new Worker<AgentJobData | SessionJobData, AgentJobResult | SessionJobResult>(AGENT_QUEUE, dispatch, {
     connection: redis as unknown as ConnectionOptions,
     prefix: keys.bullPrefix(),
     concurrency: config.concurrency,
@@ -59,13 +77,22 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     ...(telemetry && { telemetry }),
   });
   worker.on('lockRenewalFailed', (jobIds) => {
-    for (const id of jobIds) processor.abortJob(id, 'lease_lost');
+    for (const id of jobIds) {
+      processor.abortJob(id, 'lease_lost');
+      sessions.abortJob(id, 'lease_lost');
+    }
   });
-  worker.on('failed', (job: Job<AgentJobData> | undefined, err: Error) => {
+  worker.on('failed', (job: Job<AgentJobData | SessionJobData> | undefined, err: Error) => {
     // A job that lost its worker too often is failed by BullMQ's stall check, not by our processor: record it.
     if (!job || !/stalled/i.test(err.message)) return;
     lostJobs.inc();
-    const { taskId, workerId } = job.data;
+    if (job.name === SESSION_TURN_JOB) {
+      const { sessionId, wake } = job.data as SessionTurnJobData;
+      const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times`, retryable: true };
+      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).catch(() => undefined);
+      return;
+    }
+    const { taskId, workerId } = job.data as AgentJobData;
     const reason = `lost its worker ${config.maxAttempts} times`;
     void store
       .finishWorker(taskId, workerId, '', { outcome: 'failed', reason: 'worker_lost', message: reason }, workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead ${reason}` } : undefined)
@@ -85,12 +112,15 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     async close(graceMs = config.shutdownGraceMs) {
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
-      const deadline = setTimeout(() => processor.abortAll('shutdown'), graceMs);
+      const deadline = setTimeout(() => {
+        processor.abortAll('shutdown');
+        sessions.abortAll('shutdown');
+      }, graceMs);
       await worker.close();
       clearTimeout(deadline);
       cancels.stop();
       metricsServer?.close();
-      await queue.close();
+      await Promise.all([queue.close(), sessionQueue.close()]);
       await Promise.all([subscriber.quit().catch(() => undefined), redis.quit().catch(() => undefined)]);
     },
   };

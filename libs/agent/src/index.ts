@@ -9,7 +9,9 @@ export type {
   RunAgentOptions,
   ToolContext,
 } from './types.ts';
-export { runAgent } from './run-agent.ts';
+export { runAgent, runToolCall, modelErrorMessage } from './run-agent.ts';
+export { streamModelTurn, type ModelTurn } from './model-turn.ts';
+export { untilAborted, isAbortError } from './abort.ts';
 export { createModelClient } from './model-client.ts';
 export type { ModelClientOptions } from './model-client.ts';
 export { builtinTools, resolveTools, UnknownToolError, MAX_WAIT_MS } from './tools/builtin.ts';

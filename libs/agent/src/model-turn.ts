@@ -8,6 +8,8 @@ import { abortError } from './abort.ts';
 
 export interface ModelTurn {
   content: string;
+  /** Reasoning text, from servers that stream it (`reasoning_content` as vLLM and DeepSeek, or `reasoning`). */
+  thinking: string;
   toolCalls: ChatCompletionMessageFunctionToolCall[];
   usage: TokenUsage;
   /** The first choice's finish_reason (`stop`, `tool_calls`, `length`, ...). */
@@ -26,12 +28,14 @@ export async function streamModelTurn(
   client: OpenAI,
   params: Omit<ChatCompletionCreateParamsStreaming, 'stream' | 'stream_options'>,
   signal: AbortSignal,
+  onDelta?: (kind: 'text' | 'thinking', text: string) => void,
 ): Promise<ModelTurn> {
   const stream = await client.chat.completions.create(
     { ...params, stream: true, stream_options: { include_usage: true } },
     { signal },
   );
   let content = '';
+  let thinking = '';
   let finished = false;
   let finishReason: string | null = null;
   let responseModel: string | null = null;
@@ -52,7 +56,16 @@ export async function streamModelTurn(
     }
     const delta = choice?.delta;
     if (!delta) continue;
-    if (delta.content) content += delta.content;
+    // Not in openai's types: reasoning servers add it to the delta.
+    const reasoning = (delta as { reasoning_content?: unknown; reasoning?: unknown }).reasoning_content ?? (delta as { reasoning?: unknown }).reasoning;
+    if (typeof reasoning === 'string' && reasoning !== '') {
+      thinking += reasoning;
+      onDelta?.('thinking', reasoning);
+    }
+    if (delta.content) {
+      content += delta.content;
+      onDelta?.('text', delta.content);
+    }
     for (const part of delta.tool_calls ?? []) {
       let call = calls.get(part.index);
       if (!call) {
@@ -71,5 +84,5 @@ export async function streamModelTurn(
   const toolCalls = [...calls.entries()]
     .sort(([a], [b]) => a - b)
     .map(([index, call]) => (call.id ? call : { ...call, id: `call_${index}` }));
-  return { content, toolCalls, usage, finishReason, responseModel };
+  return { content, thinking, toolCalls, usage, finishReason, responseModel };
 }

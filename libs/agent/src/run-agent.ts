@@ -101,7 +101,7 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
  * The text the model sees for one call. Unknown tools, bad JSON and tool errors are reported to the model so it can
  * recover; only an abort propagates.
  */
-async function runToolCall(
+export async function runToolCall(
   call: ChatCompletionMessageFunctionToolCall,
   toolsByName: ReadonlyMap<string, AgentTool>,
   ctx: ToolContext,
@@ -136,7 +136,7 @@ function addUsage(total: TokenUsage, turn: TokenUsage): void {
 }
 
 /** Status and message only: an APIError also holds the response headers, which never leave this function. */
-function modelErrorMessage(err: unknown): string {
+export function modelErrorMessage(err: unknown): string {
   if (err instanceof OpenAI.APIError) {
     return err.status === undefined ? `model API error: ${err.message}` : `model API error (status ${err.status}): ${err.message}`;
   }

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 // Public surface of @cadre/protocol: the team event model, the generated roz.v1 gRPC types, and the
 // mapping between them.
 export * from './team-events.ts';
+export * from './session-events.ts';
 export { canonicalUuid, isUuid } from './ids.ts';
 export { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 

@@ -17,6 +17,10 @@ export type Directives = {
   /** Roles for spawn_worker calls; undefined means the default roles. */
   spawnRoles: string[] | undefined;
   calls: CallDirective[];
+  /** Reasoning streamed before the answer (as `reasoning_content` deltas); '' for none. */
+  think: string;
+  /** Extra words appended to the final answer, for long answers. */
+  words: number;
 };
 
 /** A directive that does not parse; the server answers 400 with code `invalid_directive`. */
@@ -51,6 +55,8 @@ export function parseDirectives(messages: readonly ChatMessage[]): Directives {
     chunkDelayMs: 0,
     spawnRoles: undefined,
     calls: [],
+    think: '',
+    words: 0,
   };
   for (const message of messages) {
     if (!DIRECTIVE_ROLES.has(message.role)) continue;
@@ -96,13 +102,23 @@ function applyDirective(directives: Directives, text: string): void {
     case 'call':
       directives.calls.push(parseCall(value));
       return;
+    case 'think':
+      if (value === '') throw new DirectiveError('think expects the reasoning text, e.g. think=Let me see');
+      directives.think = value;
+      return;
+    case 'words': {
+      const words = parseMillis(name, value);
+      if (words > 100_000) throw new DirectiveError(`words expects at most 100000, got ${words}`);
+      directives.words = words;
+      return;
+    }
     default:
       throw new DirectiveError(`unknown scripted directive "${text}"`);
   }
 }
 
 function parseMillis(name: string, value: string): number {
-  if (!/^\d+$/.test(value)) throw new DirectiveError(`${name} expects whole milliseconds, got "${value}"`);
+  if (!/^\d+$/.test(value)) throw new DirectiveError(`${name} expects a whole number, got "${value}"`);
   return Number(value);
 }
 

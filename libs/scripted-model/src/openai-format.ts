@@ -70,15 +70,18 @@ export function completionChunks(meta: CompletionMeta, reply: ScriptedReply, inc
 }
 
 function replyDeltas(reply: ScriptedReply): object[] {
+  // Reasoning first, as reasoning servers (vLLM, DeepSeek) stream it: `reasoning_content` deltas.
+  const thinking = wordGroups(reply.thinking, 3).map((reasoning_content) => ({ reasoning_content }));
   if (reply.finishReason === 'stop') {
     return [
       { role: 'assistant', content: '', refusal: null },
+      ...thinking,
       ...wordGroups(reply.content, 3).map((content) => ({ content })),
     ];
   }
   // OpenAI streams each call as a header (index, id, type, name, empty arguments) then argument fragments;
   // the role rides on the first header.
-  const deltas: object[] = [];
+  const deltas: object[] = [...thinking];
   reply.toolCalls.forEach((call, index) => {
     const header = { index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } };
     deltas.push(index === 0 ? { role: 'assistant', content: null, refusal: null, tool_calls: [header] } : { tool_calls: [header] });

@@ -12,9 +12,10 @@ export type ScriptedToolCall = { id: string; name: string; arguments: string };
 
 export type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number };
 
-export type ScriptedReply =
+export type ScriptedReply = (
   | { finishReason: 'stop'; content: string; toolCalls: []; usage: Usage }
-  | { finishReason: 'tool_calls'; content: null; toolCalls: ScriptedToolCall[]; usage: Usage };
+  | { finishReason: 'tool_calls'; content: null; toolCalls: ScriptedToolCall[]; usage: Usage }
+) & { thinking: string };
 
 export function planReply(messages: readonly ChatMessage[], tools: readonly unknown[], directives: Directives): ScriptedReply {
   const toolResults = messages.filter((m) => m.role === 'tool');
@@ -25,7 +26,7 @@ export function planReply(messages: readonly ChatMessage[], tools: readonly unkn
   const toolCallsReply = (calls: Omit<ScriptedToolCall, 'id'>[]): ScriptedReply => {
     const toolCalls = calls.map((call, i) => ({ id: `call_${assistantTurn}_${i}`, ...call }));
     const chars = toolCalls.reduce((sum, c) => sum + c.name.length + c.arguments.length, 0);
-    return { finishReason: 'tool_calls', content: null, toolCalls, usage: usage(promptTokens, tokens(chars)) };
+    return { finishReason: 'tool_calls', content: null, toolCalls, usage: usage(promptTokens, tokens(chars)), thinking: directives.think };
   };
 
   // Rule 1: a coordinator offered spawn_worker fans out once, before any tool has answered.
@@ -49,7 +50,17 @@ export function planReply(messages: readonly ChatMessage[], tools: readonly unkn
     const summaries = toolResults.map((m) => truncate(contentText(m.content), TOOL_RESULT_MAX));
     content += ` using ${toolResults.length} tool result(s): ${summaries.join('; ')}`;
   }
-  return { finishReason: 'stop', content, toolCalls: [], usage: usage(promptTokens, tokens(content.length)) };
+  if (directives.words > 0) content += `. ${longText(directives.words)}`;
+  return { finishReason: 'stop', content, toolCalls: [], usage: usage(promptTokens, tokens(content.length)), thinking: directives.think };
+}
+
+const FILLER = ['the', 'scripted', 'model', 'keeps', 'talking', 'so', 'that', 'a', 'long', 'answer', 'fills', 'context'];
+
+/** `n` words of filler, numbered every twelfth word so a reader can tell where a stream stopped. */
+function longText(n: number): string {
+  const words: string[] = [];
+  for (let i = 0; i < n; i++) words.push(i % FILLER.length === 0 ? `w${i}` : FILLER[i % FILLER.length]!);
+  return words.join(' ');
 }
 
 function offersTool(tools: readonly unknown[], name: string): boolean {

@@ -12,7 +12,14 @@ export type StoreErrorCode =
   | 'run_finished'
   | 'worker_mismatch'
   | 'invalid_state'
-  | 'run_cap_reached';
+  | 'run_cap_reached'
+  | 'session_not_found'
+  | 'session_closed'
+  | 'turn_in_progress'
+  | 'no_turn'
+  | 'tool_call_not_found'
+  | 'tool_call_finished'
+  | 'too_many_tools';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;
@@ -54,6 +61,28 @@ export function runScriptError(code: number, what: string): StoreError {
       return new StoreError('run_cap_reached', `${what}: the workspace's active-run cap is reached`);
     case -7:
       return new StoreError('invalid_state', `${what}: not allowed in the run's current state`);
+    default:
+      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+  }
+}
+
+/** The negative codes of the session scripts (lua/*Session*.lua, *Turn*.lua, ...), in one table. */
+export function sessionScriptError(code: number, what: string): StoreError {
+  switch (code) {
+    case -1:
+      return new StoreError('session_not_found', 'session not found');
+    case -2:
+      return new StoreError('session_closed', `${what}: the session is closed`);
+    case -3:
+      return new StoreError('lease_lost', `${what}: this attempt no longer holds the turn`);
+    case -8:
+      return new StoreError('turn_in_progress', `${what}: a turn is already in progress`);
+    case -9:
+      return new StoreError('tool_call_not_found', `${what}: no such tool call is waiting in this session's current turn`);
+    case -10:
+      return new StoreError('tool_call_finished', `${what}: this tool call already has its result`);
+    case -11:
+      return new StoreError('too_many_tools', `${what}: the session would have too many client tools`);
     default:
       return new Error(`${what}: unexpected script result ${code}`) as StoreError;
   }

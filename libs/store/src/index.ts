@@ -8,3 +8,5 @@ export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, type AgentJobDat
 export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';
 export * from './run-types.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';
+export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage } from './session-store.ts';
+export * from './session-types.ts';

@@ -18,9 +18,22 @@ import { createHash } from 'node:crypto';
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
  *
- * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId> <seq>`) wakes event tails;
- * `<prefix>:cancel` (message `<taskId>`) reaches running agent loops.
+ * Sessions live under their own tag `{s:<sessionId>}`:
+ *   <prefix>:{s:<id>}:meta        hash: session fields, `seq`, `status`, `lease`, `wake` (see lua/includes/session-log.lua)
+ *   <prefix>:{s:<id>}:events      stream: the session's ordered log, entry id `<seq>-0`
+ *   <prefix>:{s:<id>}:transcript  list: the conversation as chat messages (JSON), one per model-turn boundary
+ *   <prefix>:{s:<id>}:calls       hash: tool_call_id → the current turn's client tool call (JSON)
+ *
+ * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId|sessionId> <seq>`) wakes event tails;
+ * `<prefix>:cancel` (message `<taskId|sessionId>`) reaches running agent loops.
  */
+export interface SessionKeys {
+  meta: string;
+  events: string;
+  transcript: string;
+  calls: string;
+}
+
 export interface TaskKeys {
   meta: string;
   events: string;
@@ -37,6 +50,11 @@ export class KeyBuilder {
   task(taskId: string): TaskKeys {
     const tag = `${this.prefix}:{t:${taskId}}`;
     return { meta: `${tag}:meta`, events: `${tag}:events`, roster: `${tag}:roster` };
+  }
+
+  session(sessionId: string): SessionKeys {
+    const tag = `${this.prefix}:{s:${sessionId}}`;
+    return { meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls` };
   }
 
   idempotency(workspaceId: string, key: string): string {

@@ -58,6 +58,15 @@ export interface StoreScripts {
   controlRun(...args: ScriptArg[]): Promise<number>;
   stopAllRuns(...args: ScriptArg[]): Promise<string[]>;
   expireRunLeases(...args: ScriptArg[]): Promise<number>;
+  createSession(...args: ScriptArg[]): Promise<number>;
+  startTurn(...args: ScriptArg[]): Promise<number>;
+  claimTurn(...args: ScriptArg[]): Promise<[number, number]>;
+  commitTurn(...args: ScriptArg[]): Promise<number>;
+  parkTurn(...args: ScriptArg[]): Promise<number>;
+  resolveToolCall(...args: ScriptArg[]): Promise<number>;
+  cancelTurn(...args: ScriptArg[]): Promise<number>;
+  closeSession(...args: ScriptArg[]): Promise<number>;
+  registerTools(...args: ScriptArg[]): Promise<number>;
 }
 
 export function scriptsOf(redis: Redis): StoreScripts {

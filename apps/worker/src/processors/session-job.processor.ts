@@ -1,0 +1,85 @@
+import { WaitingError, type Job } from 'bullmq';
+import type { Logger } from '@cadre/observability';
+import { SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
+import { StoreError, type KeyBuilder } from '@cadre/store';
+import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
+
+export interface SessionJobDeps {
+  runner: TurnRunner;
+  cancels: CancelRegistry;
+  keys: KeyBuilder;
+  logger: Logger;
+}
+
+export interface SessionJobResult {
+  sessionId: string;
+  outcome: 'finished' | 'parked' | 'stale' | 'cancelled' | 'expired';
+}
+
+/**
+ * Runs session jobs from the agent queue: a turn (start or continuation) through the durable TurnRunner, or a
+ * client tool's deadline. The job's lock token is the turn's lease; a cancel (any gateway) aborts the loop
+ * through the cancel registry within milliseconds, and the lease check there catches a missed message.
+ */
+export class SessionJobProcessor {
+  private readonly deps: SessionJobDeps;
+  private readonly running = new Map<string, AbortController>();
+
+  constructor(deps: SessionJobDeps) {
+    this.deps = deps;
+  }
+
+  static handles(job: Job): boolean {
+    return job.name === SESSION_TURN_JOB || job.name === TOOL_DEADLINE_JOB;
+  }
+
+  abortJob(jobId: string, cause: AbortCause): void {
+    this.running.get(jobId)?.abort(cause);
+  }
+
+  abortAll(cause: AbortCause): void {
+    for (const ac of this.running.values()) ac.abort(cause);
+  }
+
+  readonly process = async (job: Job<SessionJobData>, token?: string): Promise<SessionJobResult> => {
+    if (job.name === TOOL_DEADLINE_JOB) {
+      const { sessionId, toolCallId, timeoutMs } = job.data as ToolDeadlineJobData;
+      await this.deps.runner.expireToolCall(sessionId, toolCallId, timeoutMs);
+      return { sessionId, outcome: 'expired' };
+    }
+    if (!token) throw new Error('session jobs need a lock token');
+    const { sessionId, wake } = job.data as SessionTurnJobData;
+    const log = this.deps.logger.child({ sessionId, wake, jobId: job.id });
+    // Claimed before the cancel check is registered: that check aborts a loop whose lease is not the job's.
+    if (!(await this.deps.runner.claim(sessionId, wake, token))) return { sessionId, outcome: 'stale' };
+    const ac = this.deps.cancels.register(sessionId, {
+      key: this.deps.keys.session(sessionId).meta,
+      field: 'lease',
+      ended: (lease) => lease !== token,
+    });
+    this.running.set(job.id!, ac);
+    try {
+      const outcome = await this.deps.runner.run(sessionId, token, ac.signal);
+      return { sessionId, outcome };
+    } catch (err) {
+      const cause = ac.signal.reason as AbortCause | undefined;
+      if (cause === 'shutdown') {
+        // Hand the turn back: it resumes on another worker from its last boundary, with no lost attempt.
+        await this.deps.runner.release(sessionId, token);
+        await job.moveToWait(token);
+        throw new WaitingError();
+      }
+      if (cause === 'cancelled' || (err instanceof StoreError && err.code === 'lease_lost')) {
+        // The cancel (or a newer attempt) already wrote the turn's end; nothing of ours may be written.
+        log.info('session turn stopped: cancelled or taken over');
+        return { sessionId, outcome: 'cancelled' };
+      }
+      if (cause === 'lease_lost') throw new Error('lock lost');
+      log.error({ err }, 'session turn failed');
+      throw err;
+    } finally {
+      this.running.delete(job.id!);
+      this.deps.cancels.unregister(sessionId, ac);
+    }
+  };
+}

@@ -1,0 +1,58 @@
+// The session event model: one ordered log per session, served with the same seq by every edge (roz
+// StreamSession, HTTP polling, SSE; later WebSocket and stdio). Edges translate these events into their own frames.
+import type { TokenUsage } from './team-events.ts';
+
+/** idle: waiting for a user message · running: a turn holds (or is about to hold) a worker · waiting_tool: parked
+ * on client tool results (no worker held) · closed: terminal. */
+export const SESSION_STATUSES = ['idle', 'running', 'waiting_tool', 'closed'] as const;
+export type SessionStatus = (typeof SESSION_STATUSES)[number];
+
+/** What the agent is doing, as roz's ActivityUpdate.state. */
+export type ActivityState = 'thinking' | 'calling_tool' | 'idle';
+
+export interface ToolOutcome {
+  tool_call_id: string;
+  tool_name: string;
+  success: boolean;
+  result: string;
+  exit_code?: number;
+  truncated?: boolean;
+  duration_ms?: number;
+  /** The client did not answer before the call's deadline; the model got a tool error. */
+  timed_out?: boolean;
+}
+
+export interface SessionEventPayloads {
+  session_started: { session_id: string; workspace_id: string; model: string };
+  user_message: { message_id: string; content: string; turn: number };
+  text_delta: { message_id: string; content: string };
+  thinking_delta: { message_id: string; content: string };
+  activity: { state: ActivityState; detail: string };
+  /** A client tool the model called: the client runs it and answers with a tool result. */
+  tool_request: { tool_call_id: string; tool_name: string; parameters: Record<string, unknown>; timeout_ms: number };
+  /** A builtin tool the worker runs itself. */
+  tool_call: { tool_call_id: string; tool_name: string; arguments: string };
+  tool_result: ToolOutcome;
+  turn_complete: { message_id: string; usage: TokenUsage; stop_reason: string };
+  session_error: { code: string; message: string; retryable: boolean };
+  /** A worker died mid-turn; the turn resumed elsewhere from its last boundary. */
+  attempt_lost: { attempt: number; host_id: string; message: string };
+  tools_registered: { source: string; tools: string[] };
+  context_compacted: { tokens_before: number; tokens_after: number; messages_before: number; messages_after: number; summary: string };
+  session_closed: { reason: string };
+}
+
+export type SessionEventType = keyof SessionEventPayloads;
+
+export type SessionEvent = {
+  [K in SessionEventType]: { seq: number; timestamp: string; event_type: K; payload: SessionEventPayloads[K] };
+}[SessionEventType];
+
+/** An event as the engine appends it (the log assigns seq and timestamp). */
+export type SessionEventInput = {
+  [K in SessionEventType]: { event_type: K; payload: SessionEventPayloads[K] };
+}[SessionEventType];
+
+export function isTerminalSessionEvent(eventType: string): boolean {
+  return eventType === 'session_closed';
+}

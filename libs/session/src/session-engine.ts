@@ -1,0 +1,254 @@
+import { randomUUID } from 'node:crypto';
+import { isUuid, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
+import { StoreError, type EventFanout, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { SessionEngineError, invalid } from './errors.ts';
+import { SESSION_LIMITS as L } from './limits.ts';
+import type { SessionQueue } from './session-queue.ts';
+import type { TranscriptMessage } from './transcript.ts';
+import { checkText, clientTools, type ToolInput } from './validate.ts';
+
+/** Which workspaces the caller may touch: the gateway's authenticated principal has this shape. */
+export type Scope = { workspaces: 'all' } | { workspaces: string };
+
+/** A history message as edges hand it over (roz ConversationMessage parts are flattened by the edge). */
+export interface HistoryInput {
+  role: 'user' | 'assistant' | 'system';
+  content: string;
+}
+
+export interface StartInput {
+  workspace_id: string;
+  model?: string;
+  tools?: ToolInput[];
+  history?: HistoryInput[];
+  project_context?: string[];
+  system_context?: string;
+  max_context_tokens?: number;
+}
+
+export interface MessageInput {
+  content: string;
+  message_id?: string;
+  /** A full tool snapshot for this turn (roz UserMessage.tools); absent = the session's tools. */
+  tools?: ToolInput[];
+  system_context?: string;
+}
+
+export interface ToolResultInput {
+  tool_call_id: string;
+  success: boolean;
+  result: string;
+  exit_code?: number;
+  truncated?: boolean;
+  duration_ms?: number;
+}
+
+export interface SessionEngineDeps {
+  store: SessionStore;
+  queue: SessionQueue;
+  fanout: EventFanout;
+  defaultModel: string;
+  defaultMaxContextTokens?: number;
+}
+
+const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+/**
+ * The session engine's command side: what every edge (roz StreamSession, the HTTP session API, later WebSocket
+ * and stdio) calls. Edges only translate frames; validation, access and state changes live here, so a bad input
+ * is refused the same way everywhere and nothing is written for it. Turns run on the worker pool (TurnRunner).
+ */
+export class SessionEngine {
+  private readonly deps: SessionEngineDeps;
+
+  constructor(deps: SessionEngineDeps) {
+    this.deps = deps;
+  }
+
+  async create(scope: Scope, input: StartInput): Promise<SessionRecord> {
+    checkText(input.workspace_id, 128, 'workspace_id', true);
+    if (!WORKSPACE.test(input.workspace_id)) throw invalid(`workspace_id must match [A-Za-z0-9][A-Za-z0-9._-]*, got "${input.workspace_id.slice(0, 64)}"`);
+    if (scope.workspaces !== 'all' && scope.workspaces !== input.workspace_id) {
+      throw new SessionEngineError('permission_denied', `this key is not valid for workspace "${input.workspace_id}"`);
+    }
+    const model = input.model || this.deps.defaultModel;
+    checkText(model, L.model, 'model');
+    const tools = clientTools(input.tools ?? [], '', 'tools');
+    const history = input.history ?? [];
+    if (history.length > L.history) throw invalid(`history: at most ${L.history} messages`);
+    const transcript: TranscriptMessage[] = history.map((m, i) => {
+      if (!['user', 'assistant', 'system'].includes(m.role)) throw invalid(`history[${i}].role must be user, assistant or system`);
+      checkText(m.content, L.historyContent, `history[${i}].content`);
+      return { role: m.role, content: m.content } as TranscriptMessage;
+    });
+    const project = input.project_context ?? [];
+    if (project.length > L.projectContextBlocks) throw invalid(`project_context: at most ${L.projectContextBlocks} blocks`);
+    project.forEach((block, i) => checkText(block, L.projectContextBlock, `project_context[${i}]`));
+    const systemContext = input.system_context ?? '';
+    checkText(systemContext, L.systemContext, 'system_context');
+    const maxContext = input.max_context_tokens || (this.deps.defaultMaxContextTokens ?? 200_000);
+    if (!Number.isInteger(maxContext) || maxContext < 256 || maxContext > L.maxContextTokens) throw invalid(`max_context_tokens must be 256..${L.maxContextTokens}`);
+    return this.deps.store.createSession({
+      workspace_id: input.workspace_id, model, tools, transcript, project_context: project, system_context: systemContext, max_context_tokens: maxContext,
+    });
+  }
+
+  async get(scope: Scope, sessionId: string): Promise<SessionRecord> {
+    checkSessionId(sessionId);
+    const session = await this.deps.store.getSession(sessionId);
+    if (!session || !visible(scope, session.workspace_id)) throw notFound(sessionId);
+    return session;
+  }
+
+  /** Starts a turn; refused (turn_in_progress) while one runs, as roz does. */
+  async sendMessage(scope: Scope, sessionId: string, input: MessageInput): Promise<{ message_id: string }> {
+    checkText(input.content, L.content, 'content', true);
+    const messageId = input.message_id || randomUUID();
+    checkText(messageId, L.messageId, 'message_id');
+    const tools = input.tools && input.tools.length > 0 ? clientTools(input.tools, '', 'tools') : undefined;
+    checkText(input.system_context ?? '', L.systemContext, 'system_context');
+    await this.access(scope, sessionId);
+    const wake = await this.mapped(this.deps.store.startTurn(sessionId, {
+      message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
+    }));
+    await this.deps.queue.enqueueTurn(sessionId, wake);
+    return { message_id: messageId };
+  }
+
+  /** A client's answer to a ToolRequest; wakes the parked turn when it was the last one it waited for. */
+  async submitToolResult(scope: Scope, sessionId: string, input: ToolResultInput): Promise<{ resumed: boolean }> {
+    checkText(input.tool_call_id, 128, 'tool_call_id', true);
+    checkText(input.result, L.toolResult, 'result');
+    if (typeof input.success !== 'boolean') throw invalid('success must be a boolean');
+    if (input.exit_code !== undefined && input.success !== (input.exit_code === 0)) {
+      throw invalid(`success must equal (exit_code == 0) when exit_code is present (success ${input.success}, exit_code ${input.exit_code})`);
+    }
+    if (input.duration_ms !== undefined && (!Number.isFinite(input.duration_ms) || input.duration_ms < 0)) throw invalid('duration_ms must be a non-negative number');
+    await this.access(scope, sessionId);
+    const wake = await this.mapped(this.deps.store.resolveToolCall(sessionId, {
+      tool_call_id: input.tool_call_id, success: input.success, result: input.result,
+      ...(input.exit_code !== undefined && { exit_code: input.exit_code }),
+      ...(input.truncated && { truncated: true }),
+      ...(input.duration_ms !== undefined && { duration_ms: input.duration_ms }),
+    }));
+    if (wake > 0) await this.deps.queue.enqueueTurn(sessionId, wake);
+    return { resumed: wake > 0 };
+  }
+
+  /** roz RegisterTools: replaces the source's tools (an empty list unregisters it). */
+  async registerTools(scope: Scope, sessionId: string, input: { source?: string; tools: ToolInput[]; system_context?: string }): Promise<{ tool_count: number }> {
+    const source = input.source ?? '';
+    const tools = clientTools(input.tools, source, 'tools');
+    checkText(input.system_context ?? '', L.systemContext, 'system_context');
+    await this.access(scope, sessionId);
+    const count = await this.mapped(this.deps.store.registerTools(sessionId, source, tools, input.system_context ?? '', L.tools));
+    return { tool_count: count };
+  }
+
+  /** Aborts the running turn (model stream and tools) in whichever worker runs it; false when none ran. */
+  async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
+    checkText(reason, L.reason, 'reason');
+    await this.access(scope, sessionId);
+    return this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
+  }
+
+  async close(scope: Scope, sessionId: string, reason: string): Promise<SessionRecord> {
+    checkText(reason, L.reason, 'reason');
+    await this.access(scope, sessionId);
+    await this.mapped(this.deps.store.closeSession(sessionId, reason));
+    return this.get(scope, sessionId);
+  }
+
+  async events(scope: Scope, sessionId: string, afterSeq: number, limit: number): Promise<{ events: SessionEvent[]; next_after_seq: number }> {
+    checkSessionId(sessionId);
+    const page = await this.deps.store.readEvents(sessionId, afterSeq, limit).catch(async (err: unknown) => {
+      // A cursor error must not tell another workspace's key that the session exists.
+      const head = await this.deps.store.sessionHead(sessionId);
+      throw head && visible(scope, head.workspace_id) ? err : notFound(sessionId);
+    });
+    if (!page || !visible(scope, page.workspace_id)) throw notFound(sessionId);
+    return { events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
+  }
+
+  /**
+   * The session's events after `afterSeq`, live, ending after session_closed; null when the reader already has
+   * everything of a closed session. Any gateway serves any session: the cursor is the only state.
+   */
+  async watch(scope: Scope, sessionId: string, afterSeq: number): Promise<LogWatcher<SessionEvent> | null> {
+    checkSessionId(sessionId);
+    const head = await this.deps.store.sessionHead(sessionId);
+    if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
+    if (afterSeq > head.last_seq) throw new StoreError('cursor_ahead', `after_seq ${afterSeq} is ahead of session ${sessionId}'s log (last seq ${head.last_seq})`);
+    if (afterSeq === head.last_seq && head.status === 'closed') return null;
+    return this.deps.fanout.watch(this.deps.store.sessionLog(sessionId), afterSeq);
+  }
+
+  /**
+   * Client tool calls still waiting for a result whose tool_request lies at or before `afterSeq`: a client
+   * resuming after it may have lost it, so the edge sends it again (with its original seq).
+   */
+  async pendingToolRequests(scope: Scope, sessionId: string, afterSeq: number): Promise<{ seq: number; payload: SessionEventPayloads['tool_request'] }[]> {
+    const session = await this.deps.store.getSession(sessionId);
+    if (!session || !visible(scope, session.workspace_id)) throw notFound(sessionId);
+    const calls = await this.deps.store.pendingCalls(sessionId);
+    return calls
+      .filter((c) => c.request_seq !== undefined && c.request_seq <= afterSeq)
+      .map((c) => ({
+        seq: c.request_seq!,
+        payload: { tool_call_id: c.tool_call_id, tool_name: c.tool_name, parameters: parseArguments(c.arguments), timeout_ms: c.timeout_ms },
+      }));
+  }
+
+  /** For Keepalive frames: tokens used by the current turn and the context budget. */
+  async usage(sessionId: string): Promise<{ status: string; tokens_used: number; tokens_max: number } | null> {
+    return this.deps.store.usage(sessionId);
+  }
+
+  private async access(scope: Scope, sessionId: string): Promise<void> {
+    checkSessionId(sessionId);
+    const head = await this.deps.store.sessionHead(sessionId);
+    if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
+  }
+
+  /** Store refusals as engine errors with the codes edges map. */
+  private async mapped<T>(work: Promise<T>): Promise<T> {
+    try {
+      return await work;
+    } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
+      switch (err.code) {
+        case 'session_not_found':
+          throw new SessionEngineError('not_found', 'session not found');
+        case 'session_closed':
+          throw new SessionEngineError('session_closed', 'the session is closed');
+        case 'turn_in_progress':
+          throw new SessionEngineError('turn_in_progress', 'a turn is already in progress');
+        case 'tool_call_not_found':
+          throw new SessionEngineError('tool_call_not_found', err.message);
+        case 'tool_call_finished':
+          throw new SessionEngineError('tool_call_finished', err.message);
+        case 'too_many_tools':
+          throw new SessionEngineError('invalid_argument', `${err.message} (at most ${L.tools})`);
+        default:
+          throw err;
+      }
+    }
+  }
+}
+
+export function parseArguments(raw: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(raw || '{}');
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+function checkSessionId(sessionId: string): void {
+  if (!isUuid(sessionId)) throw invalid(`session_id must be a UUID, got "${sessionId.slice(0, 64)}"`);
+}
+
+const visible = (scope: Scope, workspaceId: string): boolean => scope.workspaces === 'all' || scope.workspaces === workspaceId;
+
+const notFound = (sessionId: string): SessionEngineError => new SessionEngineError('not_found', `session ${sessionId} not found`);

@@ -1,0 +1,55 @@
+import { Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { AGENT_QUEUE, type KeyBuilder } from '@cadre/store';
+
+/** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
+export const SESSION_TURN_JOB = 'session-turn';
+export const TOOL_DEADLINE_JOB = 'session-tool-deadline';
+
+/** Runs (or resumes) the turn that `wake` names. */
+export interface SessionTurnJobData {
+  sessionId: string;
+  wake: number;
+}
+
+/** A client tool call's deadline: if the call is still pending, the model gets a tool error. */
+export interface ToolDeadlineJobData {
+  sessionId: string;
+  toolCallId: string;
+  timeoutMs: number;
+}
+
+export type SessionJobData = SessionTurnJobData | ToolDeadlineJobData;
+
+const JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600, count: 10_000 }, removeOnFail: { age: 24 * 3600 } } as const;
+
+/**
+ * Job ids derive from the session and its wake (or call), so a repeated enqueue adds nothing: exactly one job
+ * runs each start or resume of a turn.
+ */
+export const turnJobId = (sessionId: string, wake: number): string => `s_${sessionId}_w${wake}`;
+export const deadlineJobId = (sessionId: string, toolCallId: string): string => `s_${sessionId}_d_${toolCallId}`;
+
+export class SessionQueue {
+  private readonly queue: Queue<SessionJobData>;
+
+  /** `telemetry`: BullMQ's tracing hook, as the team queue's (a turn's job continues its enqueuer's trace). */
+  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined }) {
+    this.queue = new Queue<SessionJobData>(AGENT_QUEUE, {
+      connection: opts.connection as unknown as ConnectionOptions, prefix: opts.keys.bullPrefix(), ...(opts.telemetry && { telemetry: opts.telemetry }),
+    });
+  }
+
+  async enqueueTurn(sessionId: string, wake: number): Promise<void> {
+    await this.queue.add(SESSION_TURN_JOB, { sessionId, wake }, { ...JOB_OPTIONS, jobId: turnJobId(sessionId, wake) });
+  }
+
+  /** A delayed job, not a sleeping process: waiting for a client costs no worker slot. */
+  async scheduleDeadline(sessionId: string, toolCallId: string, delayMs: number, timeoutMs: number): Promise<void> {
+    await this.queue.add(TOOL_DEADLINE_JOB, { sessionId, toolCallId, timeoutMs }, { ...JOB_OPTIONS, jobId: deadlineJobId(sessionId, toolCallId), delay: Math.max(0, delayMs) });
+  }
+
+  async close(): Promise<void> {
+    await this.queue.close();
+  }
+}

@@ -1,0 +1,217 @@
+import type OpenAI from 'openai';
+import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
+import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
+import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
+import type { ClientCall, SessionStore, TurnCommit, TurnState } from '@cadre/store';
+import { DeltaBuffer } from './delta-buffer.ts';
+import { parseArguments } from './session-engine.ts';
+import type { SessionQueue } from './session-queue.ts';
+import { clientResultText, modelMessages, nextStep, type TranscriptMessage } from './transcript.ts';
+
+export interface TurnRunnerDeps {
+  store: SessionStore;
+  queue: SessionQueue;
+  model: OpenAI;
+  hostId: string;
+  /** How long deltas may wait before they are written (coalescing window). */
+  flushMs?: number;
+  /** Model calls per turn before it ends with stop_reason max_turns. */
+  maxModelCalls?: number;
+  /** A client tool's deadline when neither the call's tool nor the session sets one. */
+  defaultToolTimeoutMs?: number;
+}
+
+/** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
+export type TurnRunOutcome = 'finished' | 'parked' | 'stale';
+
+const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+
+/**
+ * The durable agent loop of a session turn, run by a worker job. Every step starts from the persisted state
+ * (transcript, client calls) and ends with one fenced commit, so a job that dies at any point is resumed by
+ * another from its last boundary: a model call whose answer was not committed runs again, a tool that has a
+ * result is never run again. When the turn must wait for client tools it parks: the job ends and the worker slot
+ * is free; the last ToolResult (or a deadline job) enqueues the continuation.
+ */
+export class TurnRunner {
+  private readonly deps: Required<TurnRunnerDeps>;
+
+  constructor(deps: TurnRunnerDeps) {
+    this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
+  }
+
+  /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
+  async claim(sessionId: string, wake: number, lease: string): Promise<boolean> {
+    const claim = await this.deps.store.claimTurn(sessionId, wake, lease, this.deps.hostId);
+    return claim.kind !== 'stale';
+  }
+
+  /** Runs the claimed turn until it finishes or parks. */
+  async run(sessionId: string, lease: string, signal: AbortSignal): Promise<TurnRunOutcome> {
+    const { store } = this.deps;
+    while (true) {
+      signal.throwIfAborted();
+      const state = await store.loadTurn(sessionId);
+      if (!state || state.status !== 'running') return 'stale';
+      const step = nextStep(state);
+      switch (step.kind) {
+        case 'model': {
+          const modelCalls = (state.transcript.slice(state.turn_started_len) as TranscriptMessage[]).filter((m) => m.role === 'assistant').length;
+          if (modelCalls >= this.deps.maxModelCalls) {
+            await this.endTurn(state, lease, [], state.turn_usage, 'max_turns');
+            return 'finished';
+          }
+          if (await this.modelCall(state, lease, signal)) return 'finished';
+          break;
+        }
+        case 'run_tools':
+          await this.runTools(state, lease, step.calls, signal);
+          break;
+        case 'client_results':
+          await store.commitTurn(sessionId, lease, {
+            messages: step.calls.map((c) => ({ role: 'tool', tool_call_id: c.tool_call_id, content: clientResultText(c) })),
+          });
+          break;
+        case 'park': {
+          const pending = state.calls.filter((c) => c.status === 'pending');
+          // Idempotent (job ids per call): a resumed attempt re-schedules what a lost one may not have.
+          await Promise.all(pending.map((c) => this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
+          if (await store.parkTurn(sessionId, lease)) return 'parked';
+          break;
+        }
+        case 'finish':
+          // The answer was committed but the turn not ended (only after a lost attempt: the two go together).
+          await this.endTurn(state, lease, [], state.turn_usage, 'end_turn');
+          return 'finished';
+        default: {
+          const never: never = step;
+          throw new Error(`unknown step ${String(never)}`);
+        }
+      }
+    }
+  }
+
+  /** A deadline job: the client never answered, so the model gets a tool error and the turn goes on. */
+  async expireToolCall(sessionId: string, toolCallId: string, timeoutMs: number): Promise<void> {
+    let wake: number;
+    try {
+      wake = await this.deps.store.resolveToolCall(sessionId, {
+        tool_call_id: toolCallId, success: false, result: `the client did not answer within ${timeoutMs} ms`, timed_out: true,
+      });
+    } catch {
+      return; // answered in time, or the turn or session ended: nothing to expire
+    }
+    if (wake > 0) await this.deps.queue.enqueueTurn(sessionId, wake);
+  }
+
+  /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
+  private async modelCall(state: TurnState, lease: string, signal: AbortSignal): Promise<boolean> {
+    const { store } = this.deps;
+    const sid = state.session_id;
+    await store.commitTurn(sid, lease, { events: [{ event_type: 'activity', payload: { state: 'thinking', detail: '' } }] });
+    const stepAbort = new AbortController();
+    const stepSignal = AbortSignal.any([signal, stepAbort.signal]);
+    const buffer = new DeltaBuffer({
+      messageId: state.message_id,
+      flushMs: this.deps.flushMs,
+      write: (events) => store.commitTurn(sid, lease, { events }),
+      onError: (err) => stepAbort.abort(err),
+    });
+    const tools: ChatCompletionFunctionTool[] = [
+      ...Object.values(builtinTools).map((t) => functionTool(t.name, t.description, t.parameters)),
+      ...state.tools.map((t) => functionTool(t.name, t.description, t.parameters)),
+    ];
+    let turn;
+    try {
+      turn = await untilAborted(
+        streamModelTurn(this.deps.model, { model: state.model, messages: modelMessages(state), tools }, stepSignal, (kind, text) => buffer.add(kind, text)),
+        stepSignal,
+      );
+    } catch (err) {
+      if (stepSignal.aborted) {
+        buffer.stop();
+        // A fenced delta write (lease lost, turn cancelled) surfaces as its own error, not as an abort.
+        throw stepAbort.signal.aborted && !signal.aborted ? stepAbort.signal.reason : err;
+      }
+      const rest = await buffer.drain();
+      await this.endTurn(state, lease, [...rest, { event_type: 'session_error', payload: { code: 'model_error', message: modelErrorMessage(err), retryable: true } }], state.turn_usage, 'error');
+      return true;
+    }
+    const rest = await buffer.drain();
+    const usage = addUsage(state.turn_usage, turn.usage);
+    const calls = turn.toolCalls;
+    if (calls.length === 0) {
+      const stopReason = turn.finishReason === 'stop' || turn.finishReason === '' ? 'end_turn' : turn.finishReason === 'length' ? 'max_tokens' : turn.finishReason;
+      await this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
+      return true;
+    }
+    const clientTools = new Map(state.tools.map((t) => [t.name, t]));
+    const now = Date.now();
+    const clientCalls: ClientCall[] = [];
+    const events: SessionEventInput[] = [...rest];
+    calls.forEach((call, order) => {
+      const tool = clientTools.get(call.function.name);
+      if (!tool) {
+        events.push({ event_type: 'tool_call', payload: { tool_call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments } });
+        return;
+      }
+      const timeout = tool.timeout_ms || this.deps.defaultToolTimeoutMs;
+      clientCalls.push({ tool_call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, order, timeout_ms: timeout, deadline_ms: now + timeout, status: 'pending' });
+      events.push({ event_type: 'tool_request', payload: { tool_call_id: call.id, tool_name: call.function.name, parameters: parseArguments(call.function.arguments), timeout_ms: timeout } });
+    });
+    if (clientCalls.length > 0) events.push({ event_type: 'activity', payload: { state: 'calling_tool', detail: clientCalls.map((c) => c.tool_name).join(', ') } });
+    await store.commitTurn(sid, lease, {
+      messages: [{ role: 'assistant', content: turn.content || null, tool_calls: calls }],
+      calls: clientCalls,
+      fields: { turn_usage: JSON.stringify(usage) },
+      events,
+    });
+    return false;
+  }
+
+  /** Runs builtin (and unknown) tool calls concurrently; their results join the transcript in the model's order. */
+  private async runTools(state: TurnState, lease: string, calls: ChatCompletionMessageFunctionToolCall[], signal: AbortSignal): Promise<void> {
+    const { store } = this.deps;
+    await store.commitTurn(state.session_id, lease, { events: [{ event_type: 'activity', payload: { state: 'calling_tool', detail: calls.map((c) => c.function.name).join(', ') } }] });
+    const byName = new Map<string, AgentTool>(Object.entries(builtinTools));
+    const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, { signal }))), signal);
+    await store.commitTurn(state.session_id, lease, {
+      messages: calls.map((call, i) => ({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' })),
+      events: calls.map((call, i) => ({
+        event_type: 'tool_result',
+        payload: { tool_call_id: call.id, tool_name: call.function.name, success: !(results[i] ?? '').startsWith('error:'), result: (results[i] ?? '').slice(0, 4_000) },
+      })),
+    });
+  }
+
+  private async endTurn(state: TurnState, lease: string, events: SessionEventInput[], usage: TokenUsage, stopReason: string, messages: object[] = []): Promise<void> {
+    const commit: TurnCommit = {
+      messages,
+      fields: { turn_usage: JSON.stringify(usage), status: 'idle', lease: '' },
+      events: [
+        ...events,
+        { event_type: 'turn_complete', payload: { message_id: state.message_id, usage, stop_reason: stopReason } },
+        { event_type: 'activity', payload: { state: 'idle', detail: '' } },
+      ],
+    };
+    await this.deps.store.commitTurn(state.session_id, lease, commit);
+  }
+
+  /** Lets go of the turn without ending it (worker shutdown): the job is handed back and resumed elsewhere. */
+  async release(sessionId: string, lease: string): Promise<void> {
+    await this.deps.store.commitTurn(sessionId, lease, { fields: { lease: '' } }).catch(() => undefined);
+  }
+}
+
+function functionTool(name: string, description: string, parameters: Record<string, unknown>): ChatCompletionFunctionTool {
+  return { type: 'function', function: { name, description, parameters } };
+}
+
+function addUsage(a: TokenUsage, b: TokenUsage): TokenUsage {
+  return {
+    prompt_tokens: (a ?? ZERO).prompt_tokens + b.prompt_tokens,
+    completion_tokens: (a ?? ZERO).completion_tokens + b.completion_tokens,
+    total_tokens: (a ?? ZERO).total_tokens + b.total_tokens,
+  };
+}
+

@@ -1,0 +1,46 @@
+-- Shared by every session script (inlined at `--@include session-log`).
+-- KEYS[1] meta hash, KEYS[2] events stream, KEYS[3] transcript list, KEYS[4] calls hash; all share the
+-- session's hash tag {s:<id>}. The meta hash holds the session's fields plus `seq` (last seq), `status`
+-- (idle | running | waiting_tool | closed), `lease` (the BullMQ lock token of the turn attempt holding the
+-- session, '' when none), `wake` (how many times a turn was started or resumed: it names the turn's job).
+--@include event-log
+
+local metaKey, eventsKey, transcriptKey, callsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- A session event: t type, p payload JSON. The log id (what the appended channel carries) is the session id.
+local function appendEvent(sessionId, maxLen, channel, eventType, payload)
+  return appendToLog(metaKey, eventsKey, sessionId, maxLen, channel, { 't', eventType, 'p', payload })
+end
+
+-- Client tool calls still waiting for their result, in the order they were requested.
+local function pendingCalls()
+  local pending = {}
+  local flat = redis.call('HGETALL', callsKey)
+  for i = 2, #flat, 2 do
+    local call = cjson.decode(flat[i])
+    if call.status == 'pending' then table.insert(pending, call) end
+  end
+  table.sort(pending, function(a, b) return a.order < b.order end)
+  return pending
+end
+
+-- Every key of the session lives as long as the session may still be used: `ttl` seconds from now.
+local function touchSession(ttl)
+  for _, key in ipairs({ metaKey, eventsKey, transcriptKey, callsKey }) do redis.call('EXPIRE', key, ttl) end
+end
+
+-- Ends the turn in progress (if any): pending client calls are settled as cancelled and the turn gets its
+-- turn_complete with `stopReason`. Returns true when a turn was running.
+local function endTurn(sessionId, maxLen, channel, stopReason, now)
+  local status = redis.call('HGET', metaKey, 'status')
+  if status ~= 'running' and status ~= 'waiting_tool' then return false end
+  for _, call in ipairs(pendingCalls()) do
+    call.status, call.success, call.result = 'cancelled', false, 'error: the turn ended (' .. stopReason .. ') before this call returned'
+    redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
+  end
+  local m = redis.call('HMGET', metaKey, 'message_id', 'turn_usage')
+  redis.call('HSET', metaKey, 'status', 'idle', 'lease', '', 'updated_at', now)
+  appendEvent(sessionId, maxLen, channel, 'turn_complete',
+    cjson.encode({ message_id = m[1], usage = cjson.decode(m[2] or '{}'), stop_reason = stopReason }))
+  return true
+end

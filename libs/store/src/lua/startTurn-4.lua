@@ -1,0 +1,27 @@
+--[[
+  Starts a turn with a user message: the message joins the transcript, the session becomes `running` and
+  `wake` names the job that runs the turn. Refused while another turn is in progress (roz: turn_in_progress).
+  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
+  ARGV[1] sessionId   ARGV[2] message_id   ARGV[3] user message JSON (transcript entry)
+  ARGV[4] turn tool snapshot JSON ('' = the session's tools)   ARGV[5] turn system context ('' = none)
+  ARGV[6] max events   ARGV[7] channel
+  Returns the new wake (> 0), or -1 no such session, -2 session closed, -8 a turn is in progress.
+]]
+--@include session-log
+
+if redis.call('EXISTS', metaKey) == 0 then return -1 end
+local status = redis.call('HGET', metaKey, 'status')
+if status == 'closed' then return -2 end
+if status ~= 'idle' then return -8 end
+local now = nowMs()
+local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
+local turn = redis.call('HINCRBY', metaKey, 'turn', 1)
+redis.call('HSET', metaKey, 'status', 'running', 'message_id', ARGV[2], 'lease', '', 'attempt', 0,
+  'turn_usage', '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}', 'turn_tools', ARGV[4],
+  'turn_system_context', ARGV[5], 'turn_started_len', redis.call('LLEN', transcriptKey), 'updated_at', now)
+redis.call('RPUSH', transcriptKey, ARGV[3])
+redis.call('DEL', callsKey)
+appendEvent(ARGV[1], ARGV[6], ARGV[7], 'user_message',
+  cjson.encode({ message_id = ARGV[2], content = cjson.decode(ARGV[3]).content, turn = turn }))
+touchSession(tonumber(redis.call('HGET', metaKey, 'ttl')))
+return wake

@@ -1,0 +1,275 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { isTerminalSessionEvent, type SessionEvent, type SessionEventInput, type SessionStatus, type ToolOutcome } from '@cadre/protocol';
+import type { WatchableLog } from './event-fanout.ts';
+import { KeyBuilder } from './keys.ts';
+import { checkCursor, sessionScriptError } from './errors.ts';
+import { scriptsOf, type StoreScripts } from './scripts.ts';
+import type { StreamEntry } from './event-codec.ts';
+import type { ClientCall, ClientTool, NewSession, SessionRecord, TurnState } from './session-types.ts';
+
+export interface SessionStoreOptions {
+  redis: Redis;
+  keys?: KeyBuilder;
+  /** Seconds a closed session's keys (log included) are kept. */
+  retentionSec?: number;
+  /** Seconds an open session lives after its last turn began; its cursors stay valid that long. */
+  idleTtlSec?: number;
+  maxEventsPerSession?: number;
+}
+
+/** One step of a running turn, committed atomically and fenced by the attempt's lease (lua/commitTurn-4.lua). */
+export interface TurnCommit {
+  messages?: object[];
+  calls?: ClientCall[];
+  fields?: Record<string, string>;
+  events?: SessionEventInput[];
+}
+
+export interface SessionEventPage {
+  workspace_id: string;
+  status: SessionStatus;
+  events: SessionEvent[];
+}
+
+const DEFAULT_RETENTION_SEC = 7 * 24 * 3600;
+const DEFAULT_MAX_EVENTS = 100_000;
+
+/** Sessions: state, transcript and the ordered log, every write one Lua script on the session's slot. */
+export class SessionStore {
+  readonly keys: KeyBuilder;
+  readonly redis: Redis;
+  private readonly scripts: StoreScripts;
+  private readonly retentionSec: number;
+  private readonly idleTtlSec: number;
+  private readonly maxEvents: number;
+
+  constructor(opts: SessionStoreOptions) {
+    this.redis = opts.redis;
+    this.keys = opts.keys ?? new KeyBuilder();
+    this.scripts = scriptsOf(opts.redis);
+    this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
+    this.idleTtlSec = opts.idleTtlSec ?? DEFAULT_RETENTION_SEC;
+    this.maxEvents = opts.maxEventsPerSession ?? DEFAULT_MAX_EVENTS;
+  }
+
+  private k(sessionId: string): string[] {
+    const k = this.keys.session(sessionId);
+    return [k.meta, k.events, k.transcript, k.calls];
+  }
+
+  private get channel(): string {
+    return this.keys.appendedChannel();
+  }
+
+  async createSession(input: NewSession): Promise<SessionRecord> {
+    const sessionId = randomUUID();
+    const fields = {
+      session_id: sessionId,
+      workspace_id: input.workspace_id,
+      model: input.model,
+      tools: JSON.stringify(input.tools.map((t) => JSON.stringify(t))),
+      project_context: JSON.stringify(input.project_context),
+      system_context: input.system_context,
+      max_context_tokens: String(input.max_context_tokens),
+    };
+    const started = { session_id: sessionId, workspace_id: input.workspace_id, model: input.model };
+    await this.scripts.createSession(
+      ...this.k(sessionId), sessionId, JSON.stringify(fields), JSON.stringify(input.transcript.map((m) => JSON.stringify(m))),
+      JSON.stringify(started), this.maxEvents, this.channel, this.idleTtlSec,
+    );
+    const session = await this.getSession(sessionId);
+    if (!session) throw new Error(`session ${sessionId} vanished right after creation`);
+    return session;
+  }
+
+  async getSession(sessionId: string): Promise<SessionRecord | null> {
+    const k = this.keys.session(sessionId);
+    const replies = await this.redis.multi().hgetall(k.meta).hvals(k.calls).exec();
+    const [[e1, meta], [e2, calls]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]]];
+    if (e1 ?? e2) throw e1 ?? e2;
+    if (!meta.session_id) return null;
+    return toSessionRecord(meta, parseCalls(calls));
+  }
+
+  /** Workspace (auth), status and last seq in one read; null when there is no such session. */
+  async sessionHead(sessionId: string): Promise<{ workspace_id: string; status: SessionStatus; last_seq: number } | null> {
+    const [workspaceId, status, seq] = await this.redis.hmget(this.keys.session(sessionId).meta, 'workspace_id', 'status', 'seq');
+    return workspaceId && status ? { workspace_id: workspaceId, status: status as SessionStatus, last_seq: Number(seq ?? 0) } : null;
+  }
+
+  /** Starts a turn; returns the wake that names its job. Throws turn_in_progress, session_closed, session_not_found. */
+  async startTurn(sessionId: string, turn: { message_id: string; content: string; tools?: ClientTool[]; system_context?: string }): Promise<number> {
+    const wake = await this.scripts.startTurn(
+      ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content: turn.content }),
+      turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.channel,
+    );
+    if (wake < 0) throw sessionScriptError(wake, 'user message');
+    return wake;
+  }
+
+  /** Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. */
+  async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number }> {
+    const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.channel);
+    if (code < 0) throw sessionScriptError(code, 'claim turn');
+    return { kind: code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale', attempt };
+  }
+
+  /** Everything a turn step needs, in one round trip. */
+  async loadTurn(sessionId: string): Promise<TurnState | null> {
+    const k = this.keys.session(sessionId);
+    const replies = await this.redis.multi().hgetall(k.meta).lrange(k.transcript, 0, -1).hvals(k.calls).exec();
+    const [[e1, meta], [e2, transcript], [e3, calls]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]], [Error | null, string[]]];
+    if (e1 ?? e2 ?? e3) throw e1 ?? e2 ?? e3;
+    if (!meta.session_id) return null;
+    const turnTools = meta.turn_tools ? parseTools(meta.turn_tools) : parseTools(meta.tools);
+    return {
+      session_id: meta.session_id,
+      workspace_id: meta.workspace_id!,
+      status: meta.status as SessionStatus,
+      model: meta.model!,
+      message_id: meta.message_id ?? '',
+      turn: Number(meta.turn ?? 0),
+      tools: turnTools,
+      system_context: [meta.system_context, meta.turn_system_context].filter(Boolean).join('\n\n'),
+      project_context: JSON.parse(meta.project_context ?? '[]') as string[],
+      max_context_tokens: Number(meta.max_context_tokens ?? 0),
+      turn_usage: JSON.parse(meta.turn_usage ?? '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}'),
+      turn_started_len: Number(meta.turn_started_len ?? 0),
+      transcript: transcript.map((m) => JSON.parse(m) as object),
+      calls: parseCalls(calls),
+    };
+  }
+
+  /** The current turn's client calls that still wait for a result, in the model's order. */
+  async pendingCalls(sessionId: string): Promise<ClientCall[]> {
+    return parseCalls(await this.redis.hvals(this.keys.session(sessionId).calls)).filter((c) => c.status === 'pending');
+  }
+
+  /** Status, the current turn's tokens and the context budget (for keepalives). */
+  async usage(sessionId: string): Promise<{ status: SessionStatus; tokens_used: number; tokens_max: number } | null> {
+    const [status, usage, max] = await this.redis.hmget(this.keys.session(sessionId).meta, 'status', 'turn_usage', 'max_context_tokens');
+    if (!status) return null;
+    const used = usage ? (JSON.parse(usage) as { total_tokens?: number }).total_tokens ?? 0 : 0;
+    return { status: status as SessionStatus, tokens_used: used, tokens_max: Number(max ?? 0) };
+  }
+
+  /** Commits one step of the turn held by `lease`; returns the last seq appended. Throws lease_lost when fenced. */
+  async commitTurn(sessionId: string, lease: string, step: TurnCommit): Promise<number> {
+    const events = (step.events ?? []).map((e) => ({ t: e.event_type, p: JSON.stringify(e.payload) }));
+    const seq = await this.scripts.commitTurn(
+      ...this.k(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
+      JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.channel,
+    );
+    if (seq < 0) throw sessionScriptError(seq, 'commit turn');
+    return seq;
+  }
+
+  /** Parks the turn on its pending client calls; false when every result is already in (carry on). */
+  async parkTurn(sessionId: string, lease: string): Promise<boolean> {
+    const code = await this.scripts.parkTurn(...this.k(sessionId), lease);
+    if (code < 0) throw sessionScriptError(code, 'park turn');
+    return code === 1;
+  }
+
+  /** Settles a client call; returns the wake to enqueue when the parked turn can go on, else 0. */
+  async resolveToolCall(sessionId: string, outcome: Omit<ToolOutcome, 'tool_name'>): Promise<number> {
+    const wake = await this.scripts.resolveToolCall(...this.k(sessionId), sessionId, outcome.tool_call_id, JSON.stringify(outcome), this.maxEvents, this.channel);
+    if (wake < 0) throw sessionScriptError(wake, 'tool result');
+    return wake;
+  }
+
+  /** Ends the turn in progress; false when none was. `onlyWake` limits it to that turn's job. */
+  async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<boolean> {
+    const code = await this.scripts.cancelTurn(
+      ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.channel, this.keys.cancelChannel(),
+      opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
+    );
+    if (code < 0) throw sessionScriptError(code, 'cancel turn');
+    return code === 1;
+  }
+
+  async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
+    const code = await this.scripts.closeSession(...this.k(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.channel, this.keys.cancelChannel());
+    if (code < 0) throw sessionScriptError(code, 'close session');
+    return code === 1 ? 'closed' : 'already';
+  }
+
+  /** roz RegisterTools: replaces the source's tools; returns the session's client tool count. */
+  async registerTools(sessionId: string, source: string, tools: ClientTool[], systemContext: string, maxTools: number): Promise<number> {
+    const count = await this.scripts.registerTools(
+      ...this.k(sessionId), sessionId, source, JSON.stringify(tools.map((t) => JSON.stringify(t))), systemContext, maxTools, this.maxEvents, this.channel,
+    );
+    if (count < 0) throw sessionScriptError(count, 'register tools');
+    return count;
+  }
+
+  /** Events after `afterSeq` with the session's workspace and status from the same round trip; cursor errors throw. */
+  async readEvents(sessionId: string, afterSeq: number, limit: number): Promise<SessionEventPage | null> {
+    const k = this.keys.session(sessionId);
+    const replies = await this.redis.multi().hmget(k.meta, 'workspace_id', 'status', 'seq').xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
+    const [[metaErr, meta], [rangeErr, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
+    if (metaErr ?? rangeErr) throw metaErr ?? rangeErr;
+    const [workspaceId, status, seq] = meta;
+    if (!workspaceId || !status) return null;
+    const events = entries.map(decodeSessionEntry);
+    checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'session');
+    return { workspace_id: workspaceId, status: status as SessionStatus, events };
+  }
+
+  /** The session's log as the fan-out reads it; its id is the session id (what the scripts publish). */
+  sessionLog(sessionId: string): WatchableLog<SessionEvent> {
+    const events = this.keys.session(sessionId).events;
+    return {
+      id: sessionId,
+      read: async (afterSeq, limit) => (await this.readEvents(sessionId, afterSeq, limit))?.events ?? null,
+      readLive: async (afterSeq, limit) => ((await this.redis.xrange(events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeSessionEntry),
+      head: async () => Number((await this.redis.hget(this.keys.session(sessionId).meta, 'seq')) ?? 0),
+      isTerminal: (event) => isTerminalSessionEvent(event.event_type),
+    };
+  }
+}
+
+/** Fields written by appendEvent in lua/includes/session-log.lua: t type, ts ms, p payload. */
+export function decodeSessionEntry([id, flat]: StreamEntry): SessionEvent {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
+  return {
+    seq: Number(id.slice(0, id.indexOf('-'))),
+    timestamp: new Date(Number(f.ts)).toISOString(),
+    event_type: f.t,
+    payload: JSON.parse(f.p ?? '{}'),
+  } as SessionEvent;
+}
+
+function parseTools(raw: string | undefined): ClientTool[] {
+  return (JSON.parse(raw ?? '[]') as string[]).map((t) => JSON.parse(t) as ClientTool);
+}
+
+function parseCalls(raw: string[]): ClientCall[] {
+  return raw.map((c) => JSON.parse(c) as ClientCall).sort((a, b) => a.order - b.order);
+}
+
+const iso = (ms: string | undefined): string => new Date(Number(ms ?? 0)).toISOString();
+
+function toSessionRecord(meta: Record<string, string>, calls: ClientCall[]): SessionRecord {
+  return {
+    session_id: meta.session_id!,
+    workspace_id: meta.workspace_id!,
+    status: meta.status as SessionStatus,
+    model: meta.model!,
+    tools: parseTools(meta.tools),
+    project_context: JSON.parse(meta.project_context ?? '[]') as string[],
+    system_context: meta.system_context ?? '',
+    max_context_tokens: Number(meta.max_context_tokens ?? 0),
+    turn: Number(meta.turn ?? 0),
+    message_id: meta.message_id || null,
+    pending_tool_calls: calls
+      .filter((c) => c.status === 'pending')
+      .map((c) => ({ tool_call_id: c.tool_call_id, tool_name: c.tool_name, deadline: new Date(c.deadline_ms).toISOString() })),
+    created_at: iso(meta.created_at),
+    updated_at: iso(meta.updated_at),
+    closed_reason: meta.closed_reason || null,
+    last_seq: Number(meta.seq ?? 0),
+  };
+}

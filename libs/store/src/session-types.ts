@@ -1,0 +1,78 @@
+import type { SessionStatus, TokenUsage } from '@cadre/protocol';
+
+/** A tool the client runs (roz ToolSchema), as the session stores it. `source` groups RegisterTools sets. */
+export interface ClientTool {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  timeout_ms: number;
+  source: string;
+  category: string;
+}
+
+export interface NewSession {
+  workspace_id: string;
+  model: string;
+  tools: ClientTool[];
+  /** Seed transcript: history and project context, as chat messages. */
+  transcript: object[];
+  project_context: string[];
+  system_context: string;
+  max_context_tokens: number;
+}
+
+/** A client tool call of the current turn (the calls hash). `order` is the model's order. */
+export interface ClientCall {
+  tool_call_id: string;
+  tool_name: string;
+  /** The model's arguments, JSON text. */
+  arguments: string;
+  order: number;
+  timeout_ms: number;
+  deadline_ms: number;
+  status: 'pending' | 'done' | 'cancelled';
+  success?: boolean;
+  result?: string;
+  /** The seq of the call's tool_request event (set when it is appended). */
+  request_seq?: number;
+}
+
+/** A session as users see it (GET /api/sessions/:id). */
+export interface SessionRecord {
+  session_id: string;
+  workspace_id: string;
+  status: SessionStatus;
+  model: string;
+  tools: ClientTool[];
+  project_context: string[];
+  system_context: string;
+  max_context_tokens: number;
+  turn: number;
+  /** The current (or last) turn's message id. */
+  message_id: string | null;
+  pending_tool_calls: { tool_call_id: string; tool_name: string; deadline: string }[];
+  created_at: string;
+  updated_at: string;
+  closed_reason: string | null;
+  last_seq: number;
+}
+
+/** What a turn's job reads at each step: the turn's settings, the transcript and the client calls. */
+export interface TurnState {
+  session_id: string;
+  workspace_id: string;
+  status: SessionStatus;
+  model: string;
+  message_id: string;
+  turn: number;
+  /** The client tools this turn offers: the message's snapshot, else the session's. */
+  tools: ClientTool[];
+  system_context: string;
+  project_context: string[];
+  max_context_tokens: number;
+  turn_usage: TokenUsage;
+  /** Transcript length when the turn began (messages before it are earlier turns). */
+  turn_started_len: number;
+  transcript: object[];
+  calls: ClientCall[];
+}
