@@ -74,7 +74,7 @@ export class SessionJobProcessor {
         log.info('session turn stopped: cancelled or taken over');
         return { sessionId, outcome: 'cancelled' };
       }
-      if (cause === 'lease_lost') throw new Error('lock lost');
+      if (cause === 'lease_lost') throw new Error('lock lost', { cause: err });
       log.error({ err }, 'session turn failed');
       throw err;
     } finally {
