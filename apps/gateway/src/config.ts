@@ -27,6 +27,12 @@ export function gatewayConfig(env: Env) {
     runsMaxActivePerWorkspace: positiveIntOr(['RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE'], 1),
     runsWorkerTtlMs: int('RUNS_WORKER_TTL_MS', 30_000, { min: 100 }),
     runsMaxAttempts: int('RUNS_MAX_ATTEMPTS', 3, { min: 1, max: 100 }),
+    /** The model a session uses when StartSession / POST /api/sessions names none. */
+    model: str('CADRE_MODEL', 'cadre-scripted'),
+    /** StreamSession keepalive period during a turn (roz: 15 s). */
+    sessionKeepaliveMs: int('CADRE_SESSION_KEEPALIVE_MS', 15_000, { min: 100 }),
+    /** An open session's keys live this long after its last turn began. */
+    sessionIdleTtlSec: int('CADRE_SESSION_IDLE_TTL_SEC', 7 * 24 * 3600, { min: 60 }),
     runsHeartbeatIntervalMs: int('RUNS_HEARTBEAT_INTERVAL_MS', 5_000, { min: 50 }),
   });
 }

@@ -1,4 +1,5 @@
 import { status as GrpcStatus } from '@grpc/grpc-js';
+import { SessionEngineError } from '@cadre/session';
 import { StoreError, WatchClosedError } from '@cadre/store';
 
 /** Errors the gateway answers with; the code maps once to an HTTP status and once to a gRPC status. */
@@ -96,6 +97,25 @@ export function toApiError(err: unknown): ApiError | undefined {
         return new ApiError('conflict', err.message);
       default:
         return undefined;
+    }
+  }
+  if (err instanceof SessionEngineError) {
+    switch (err.code) {
+      case 'invalid_argument':
+      case 'unprocessable':
+      case 'permission_denied':
+      case 'not_found':
+        return new ApiError(err.code, err.message);
+      case 'tool_call_not_found':
+        return new ApiError('not_found', err.message);
+      case 'session_closed':
+      case 'turn_in_progress':
+      case 'tool_call_finished':
+        return new ApiError('conflict', err.message);
+      default: {
+        const never: never = err.code;
+        return never;
+      }
     }
   }
   if (err instanceof WatchClosedError) {

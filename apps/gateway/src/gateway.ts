@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import { Counter, Gauge } from 'prom-client';
 import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
-import { EventFanout, KeyBuilder, RunStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { SessionEngine, SessionQueue } from '@cadre/session';
+import { EventFanout, KeyBuilder, RunStore, SessionStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
@@ -31,7 +32,8 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
   const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
-  const queue = new TeamQueue({ connection: bullConnection, keys, telemetry: bullmqTelemetry() });
+  const telemetry = bullmqTelemetry();
+  const queue = new TeamQueue({ connection: bullConnection, keys, telemetry });
   const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit, logger });
   await fanout.start();
 
@@ -45,11 +47,19 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const runs = new RunService({
     store: runStore, fanout, tasks, logger, maxActivePerWorkspace: config.runsMaxActivePerWorkspace, heartbeatIntervalMs: config.runsHeartbeatIntervalMs,
   });
+  const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry });
+  const sessions = new SessionEngine({
+    store: new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask }),
+    queue: sessionQueue,
+    fanout,
+    defaultModel: config.model,
+  });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, controlKey: config.runsControlApiKey });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const metrics = createMetricsRegistry('gateway');
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
+  const sessionStreams = new Gauge({ name: 'cadre_session_streams', help: 'Open StreamSession calls', registers: [metrics] });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
   new Counter({ name: 'cadre_events_appended_total', help: 'Events appended to any task or run log (heard on the appended channel since start)', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
@@ -70,6 +80,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     tasks,
     runs,
     runsAuth,
+    sessions,
     sse,
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
@@ -77,7 +88,10 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   });
   await http.ready();
   const grpc = createGrpcServer({
-    services: [agentService({ auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec() })],
+    services: [agentService({
+      auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec(),
+      session: { sessions, keepaliveMs: config.sessionKeepaliveMs, onOpen: () => sessionStreams.inc(), onClose: () => sessionStreams.dec() },
+    })],
     shutdownGraceMs: config.shutdownGraceMs,
     interceptors: [grpcTelemetry(metrics)],
   });
@@ -100,7 +114,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       await Promise.all([grpc.close(), http.close()]);
       // Fastify closes only servers it listened on itself; this one was handed its connections.
       http.server.closeAllConnections();
-      await queue.close();
+      await Promise.all([queue.close(), sessionQueue.close()]);
       await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
     },
   };

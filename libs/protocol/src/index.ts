@@ -31,3 +31,15 @@ export {
   WorkerToolCall,
 } from './gen/roz/v1/agent.ts';
 export type { AgentServiceServer } from './gen/roz/v1/agent.ts';
+// StreamSession's messages (roz's names).
+export {
+  SessionRequest,
+  SessionResponse,
+  StartSession,
+  UserMessage as SessionUserMessage,
+  ToolResult as SessionToolResult,
+  ToolSchema,
+  ToolCategoryHint,
+  ConversationMessage,
+  RegisterTools,
+} from './gen/roz/v1/agent.ts';

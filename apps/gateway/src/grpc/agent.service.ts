@@ -4,11 +4,13 @@ import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, 
 import type { Authenticator } from '../auth.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
 import { taskIdFrom, type TaskService } from '../tasks/task-service.ts';
+import { streamSession, type SessionStreamDeps } from './session.stream.ts';
 import { writable } from '../streams/writable.ts';
 
 export interface AgentServiceDeps {
   auth: Authenticator;
   tasks: TaskService;
+  session: Omit<SessionStreamDeps, 'auth' | 'logger'>;
   logger: Logger;
   onWatchStart(): void;
   onWatchEnd(): void;
@@ -70,7 +72,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
   };
   return {
     definition: definition as unknown as grpc.ServiceDefinition,
-    implementation: { watchTeam } as unknown as grpc.UntypedServiceImplementation,
+    implementation: { watchTeam, streamSession: streamSession({ ...deps.session, auth: deps.auth, logger: deps.logger }) } as unknown as grpc.UntypedServiceImplementation,
   };
 }
 

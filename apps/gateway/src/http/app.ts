@@ -10,10 +10,11 @@ import { healthRoutes } from './routes/health.routes.ts';
 import { taskRoutes } from './routes/tasks.routes.ts';
 import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
 import { boardPlugin } from './plugins/board.plugin.ts';
+import { sessionRoutes, type SessionRoutesDeps } from './routes/sessions.routes.ts';
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 
-export interface HttpAppDeps extends RunRoutesDeps {
+export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
   auth: Authenticator;
   tasks: TaskService;
@@ -86,5 +87,6 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(taskRoutes, { ...deps, logLevel: 'warn' });
   app.register(runRoutes, { ...deps, logLevel: 'warn' });
   app.register(boardPlugin, { logLevel: 'warn' });
+  app.register(sessionRoutes, { ...deps, logLevel: 'warn' });
   return app;
 }

@@ -42,7 +42,7 @@ const loggedEvents: TeamEvent[] = [
 const expectedEvents = loggedEvents.map((e) => toProtoTeamEvent(TASK_ID, e));
 
 // Writes the task's two events, then ends the stream as a finished task's WatchTeam does.
-const agentService: AgentServiceServer = {
+const agentService: Pick<AgentServiceServer, 'watchTeam'> = {
   watchTeam: (call) => {
     for (const event of expectedEvents) call.write(event);
     call.end();

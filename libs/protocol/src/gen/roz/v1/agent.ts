@@ -10,8 +10,10 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
+  type handleBidiStreamingCall,
   type handleServerStreamingCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -31,6 +33,58 @@ export const protobufFileName = "roz/v1/agent.proto";
  * WorkerPhase.phase_name = 5, ...). Every field roz-oss declares on a message we share keeps roz's number, name
  * and wire type: tests/roz-wire.test.ts compares this file with roz-oss's proto/roz/v1/agent.proto.
  */
+
+/** A hint for UIs about what a tool touches. */
+export const ToolCategoryHint = {
+  /** TOOL_CATEGORY_UNSPECIFIED - Not said. */
+  TOOL_CATEGORY_UNSPECIFIED: 0,
+  /** TOOL_CATEGORY_PHYSICAL - Acts on the physical world. */
+  TOOL_CATEGORY_PHYSICAL: 1,
+  /** TOOL_CATEGORY_PURE - A pure computation. */
+  TOOL_CATEGORY_PURE: 2,
+  UNRECOGNIZED: -1,
+} as const;
+
+export type ToolCategoryHint = typeof ToolCategoryHint[keyof typeof ToolCategoryHint];
+
+export namespace ToolCategoryHint {
+  export type TOOL_CATEGORY_UNSPECIFIED = typeof ToolCategoryHint.TOOL_CATEGORY_UNSPECIFIED;
+  export type TOOL_CATEGORY_PHYSICAL = typeof ToolCategoryHint.TOOL_CATEGORY_PHYSICAL;
+  export type TOOL_CATEGORY_PURE = typeof ToolCategoryHint.TOOL_CATEGORY_PURE;
+  export type UNRECOGNIZED = typeof ToolCategoryHint.UNRECOGNIZED;
+}
+
+export function toolCategoryHintFromJSON(object: any): ToolCategoryHint {
+  switch (object) {
+    case 0:
+    case "TOOL_CATEGORY_UNSPECIFIED":
+      return ToolCategoryHint.TOOL_CATEGORY_UNSPECIFIED;
+    case 1:
+    case "TOOL_CATEGORY_PHYSICAL":
+      return ToolCategoryHint.TOOL_CATEGORY_PHYSICAL;
+    case 2:
+    case "TOOL_CATEGORY_PURE":
+      return ToolCategoryHint.TOOL_CATEGORY_PURE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ToolCategoryHint.UNRECOGNIZED;
+  }
+}
+
+export function toolCategoryHintToJSON(object: ToolCategoryHint): string {
+  switch (object) {
+    case ToolCategoryHint.TOOL_CATEGORY_UNSPECIFIED:
+      return "TOOL_CATEGORY_UNSPECIFIED";
+    case ToolCategoryHint.TOOL_CATEGORY_PHYSICAL:
+      return "TOOL_CATEGORY_PHYSICAL";
+    case ToolCategoryHint.TOOL_CATEGORY_PURE:
+      return "TOOL_CATEGORY_PURE";
+    case ToolCategoryHint.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
 
 /** Which task to watch and where to resume. */
 export interface WatchTeamRequest {
@@ -220,6 +274,433 @@ export interface TaskStatusChanged {
   reason: string;
   /** Tokens the whole team spent; set when status is completed. */
   usage?: TokenUsage | undefined;
+}
+
+/** A client → server message of a session. */
+export interface SessionRequest {
+  /** What the client sends. */
+  request?:
+    | //
+    /** Opens a session (or, with session_id, resumes one). Must be the first message. */
+    { $case: "start"; value: StartSession }
+    | //
+    /** Starts a turn. */
+    { $case: "userMessage"; value: UserMessage }
+    | //
+    /** The result of a client tool the server asked for with a ToolRequest. */
+    { $case: "toolResult"; value: ToolResult }
+    | //
+    /** Aborts the running turn: its model stream and tools stop within a second, in whichever worker runs it. */
+    { $case: "cancelTurn"; value: CancelTurn }
+    | //
+    /** Closes the session; the stream ends after it. */
+    { $case: "cancelSession"; value: CancelSession }
+    | //
+    /** Answered with Pong. */
+    { $case: "ping"; value: Ping }
+    | //
+    /** Adds, replaces or removes one source's client tools. */
+    { $case: "registerTools"; value: RegisterTools }
+    | undefined;
+}
+
+/** Opens a session. */
+export interface StartSession {
+  /** The environment the session runs in: Cadre's workspace id (the key must be valid for it). */
+  environmentId: string;
+  /** roz's edge host for OODA mode; Cadre has none and ignores it. */
+  hostId?:
+    | string
+    | undefined;
+  /** The model to use; the gateway's default (CADRE_MODEL) when absent. */
+  model?:
+    | string
+    | undefined;
+  /** Client tools the session starts with. */
+  tools: ToolSchema[];
+  /** Earlier conversation: seeds the transcript. */
+  history: ConversationMessage[];
+  /** Context blocks (e.g. AGENTS.md) added to the system prompt of every turn. */
+  projectContext: string[];
+  /** The transcript's token budget (default 200,000). */
+  maxContextTokens?:
+    | number
+    | undefined;
+  /** Cadre: resume this session instead of opening one. The other fields are then ignored. */
+  sessionId?:
+    | string
+    | undefined;
+  /**
+   * Cadre: with session_id, send the responses with seq > after_seq (0 = from the start). Valid for the
+   * session's whole life; a ToolRequest still waiting for its result is sent again.
+   */
+  afterSeq: number;
+}
+
+/** A message of an earlier conversation. */
+export interface ConversationMessage {
+  /** user, assistant or system. */
+  role: string;
+  /** The message's parts; text parts are kept, other parts are rendered as text. */
+  parts: ContentPart[];
+}
+
+/** One part of a conversation message. */
+export interface ContentPart {
+  /** What the part holds. */
+  part?:
+    | //
+    /** Text. */
+    { $case: "text"; value: TextContent }
+    | //
+    /** A tool call the assistant made. */
+    { $case: "toolUse"; value: ToolUseContent }
+    | //
+    /** A tool's result. */
+    { $case: "toolResult"; value: ToolResultContent }
+    | //
+    /** The model's reasoning. */
+    { $case: "thinking"; value: ThinkingContent }
+    | //
+    /** An image. */
+    { $case: "image"; value: ImageContent }
+    | undefined;
+}
+
+/** Text. */
+export interface TextContent {
+  /** The text. */
+  text: string;
+}
+
+/** A tool call the assistant made. */
+export interface ToolUseContent {
+  /** The call's id. */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** The call's arguments. */
+  input?: { [key: string]: any } | undefined;
+}
+
+/** A tool's result. */
+export interface ToolResultContent {
+  /** The id of the call it answers. */
+  toolUseId: string;
+  /** The tool's name. */
+  name: string;
+  /** The result text. */
+  content: string;
+  /** Whether the tool failed. */
+  isError: boolean;
+}
+
+/** The model's reasoning. */
+export interface ThinkingContent {
+  /** The reasoning text. */
+  thinking: string;
+  /** The provider's signature of it. */
+  signature: string;
+}
+
+/** An image. */
+export interface ImageContent {
+  /** e.g. image/png. */
+  mediaType: string;
+  /** The image's bytes. */
+  data: Uint8Array;
+}
+
+/** Starts a turn. */
+export interface UserMessage {
+  /** The user's text. */
+  content: string;
+  /** Extra context; text blocks are appended to the message, binary blocks are refused. */
+  context: ContentBlock[];
+  /** roz's agent mode; Cadre runs every turn as react and ignores it. */
+  aiMode?:
+    | string
+    | undefined;
+  /** Echoed in the turn's TextDelta, ThinkingDelta and TurnComplete; generated when absent. */
+  messageId?:
+    | string
+    | undefined;
+  /** A full client tool snapshot for this turn (replaces the session's tools for it when non-empty). */
+  tools: ToolSchema[];
+  /** System context for this turn only. */
+  systemContext?: string | undefined;
+}
+
+/** A block of extra context. */
+export interface ContentBlock {
+  /** The block's content. */
+  block?:
+    | //
+    /** Text. */
+    { $case: "text"; value: string }
+    | //
+    /** Binary data. */
+    { $case: "binary"; value: BinaryContent }
+    | undefined;
+  /** A label for the block. */
+  label?: string | undefined;
+}
+
+/** Binary data with its type. */
+export interface BinaryContent {
+  /** e.g. application/pdf. */
+  mimeType: string;
+  /** The bytes. */
+  data: Uint8Array;
+}
+
+/** A client tool's result. */
+export interface ToolResult {
+  /** The ToolRequest.tool_call_id this answers. */
+  toolCallId: string;
+  /** Whether the tool did what it was asked; must equal (exit_code == 0) when exit_code is present. */
+  success: boolean;
+  /** The tool's output. */
+  result: string;
+  /** A shell exit code, when there is one. */
+  exitCode?:
+    | number
+    | undefined;
+  /** Whether the output was cut. */
+  truncated: boolean;
+  /** How long the tool ran. */
+  durationMs?: number | undefined;
+}
+
+/** Aborts the running turn. */
+export interface CancelTurn {
+  /** Why (recorded). */
+  reason: string;
+}
+
+/** Closes the session. */
+export interface CancelSession {
+  /** Why (recorded). */
+  reason: string;
+}
+
+/** Answered with Pong. */
+export interface Ping {
+}
+
+/** Replaces one source's client tools. */
+export interface RegisterTools {
+  /** The tool set's owner: every tool named "<source>__*" (or registered under it) is replaced. */
+  source?:
+    | string
+    | undefined;
+  /** The source's new tools; empty unregisters the source. */
+  tools: ToolSchema[];
+  /** Guidance added to the system prompt of later turns. */
+  systemContext?: string | undefined;
+}
+
+/** A tool the client runs. */
+export interface ToolSchema {
+  /** [A-Za-z0-9_-]{1,64}, not a builtin tool's name. */
+  name: string;
+  /** What the tool does (the model reads it). */
+  description: string;
+  /** The JSON schema of the arguments (an object schema); empty means any object. */
+  parametersSchema?:
+    | { [key: string]: any }
+    | undefined;
+  /** How long the server waits for the result before the model gets a tool error (0 = the default). */
+  timeoutMs: number;
+  /** A hint for UIs. */
+  category: ToolCategoryHint;
+}
+
+/** A server → client message of a session. */
+export interface SessionResponse {
+  /** What happened. */
+  response?:
+    | //
+    /** The session is open (the first response of a new session). */
+    { $case: "sessionStarted"; value: SessionStarted }
+    | //
+    /** A piece of the answer. */
+    { $case: "textDelta"; value: TextDelta }
+    | //
+    /** A piece of the model's reasoning. */
+    { $case: "thinkingDelta"; value: ThinkingDelta }
+    | //
+    /** The client must run a tool and answer with ToolResult. */
+    { $case: "toolRequest"; value: ToolRequest }
+    | //
+    /** The turn ended. */
+    { $case: "turnComplete"; value: TurnComplete }
+    | //
+    /** An error; the stream stays open. */
+    { $case: "error"; value: SessionError }
+    | //
+    /** Sent every 15 s during a turn. */
+    { $case: "keepalive"; value: Keepalive }
+    | //
+    /** The answer to Ping. */
+    { $case: "pong"; value: Pong }
+    | //
+    /** The transcript was compacted. */
+    { $case: "contextCompacted"; value: ContextCompacted }
+    | //
+    /** A UI visibility hint (Cadre sends none). */
+    { $case: "presenceHint"; value: PresenceHint }
+    | //
+    /** What the agent is doing. */
+    { $case: "activityUpdate"; value: ActivityUpdate }
+    | undefined;
+  /**
+   * Cadre: the response's position in the session's log (from 1, no gaps in the log; a client resumes with
+   * after_seq = the last seq it has). 0 for responses that are not log events: Pong, Keepalive, and errors
+   * answering one request (e.g. turn_in_progress). A resent ToolRequest carries its original seq.
+   */
+  seq: number;
+  /** Cadre: the session this response belongs to. */
+  sessionId: string;
+}
+
+/** The session is open. */
+export interface SessionStarted {
+  /** The session's id (what a client resumes with). */
+  sessionId: string;
+  /** The model the session uses. */
+  model: string;
+  /** Tool permission rules (none yet: approvals come with their own issue). */
+  permissions: PermissionRule[];
+}
+
+/** A tool permission rule. */
+export interface PermissionRule {
+  /** Which tools it applies to. */
+  toolPattern: string;
+  /** allow, ask or deny. */
+  policy: string;
+  /** A category it applies to. */
+  category?:
+    | string
+    | undefined;
+  /** Why. */
+  reason?: string | undefined;
+}
+
+/** A piece of the answer. */
+export interface TextDelta {
+  /** The turn's UserMessage.message_id. */
+  messageId: string;
+  /** The text (several model tokens coalesced). */
+  content: string;
+}
+
+/** A piece of the model's reasoning. */
+export interface ThinkingDelta {
+  /** The turn's UserMessage.message_id. */
+  messageId: string;
+  /** The reasoning text. */
+  content: string;
+}
+
+/** The client must run a tool. */
+export interface ToolRequest {
+  /** Answer with ToolResult.tool_call_id = this. */
+  toolCallId: string;
+  /** The tool to run. */
+  toolName: string;
+  /** Its arguments. */
+  parameters?:
+    | { [key: string]: any }
+    | undefined;
+  /** After this long without a result the model gets a tool error. */
+  timeoutMs: number;
+}
+
+/** The turn ended. */
+export interface TurnComplete {
+  /** The turn's UserMessage.message_id. */
+  messageId: string;
+  /** Tokens the turn spent, over all its model calls. */
+  usage?:
+    | SessionTokenUsage
+    | undefined;
+  /** end_turn, max_tokens, max_turns, cancelled or error. */
+  stopReason: string;
+}
+
+/**
+ * Tokens a turn spent: roz's TokenUsage (the same fields and numbers; renamed because TeamEvent's TokenUsage
+ * already has the name in this package).
+ */
+export interface SessionTokenUsage {
+  /** Prompt tokens. */
+  inputTokens: number;
+  /** Generated tokens. */
+  outputTokens: number;
+  /** Prompt tokens read from a cache (0: not reported by OpenAI-compatible servers). */
+  cacheReadTokens: number;
+  /** Prompt tokens written to a cache (0: not reported). */
+  cacheCreationTokens: number;
+}
+
+/** An error; the stream stays open. */
+export interface SessionError {
+  /** no_session, turn_in_progress, invalid_argument, not_found, session_closed, model_error, worker_lost, ... */
+  code: string;
+  /** What went wrong; never contains secrets. */
+  message: string;
+  /** Whether the same request may succeed later. */
+  retryable: boolean;
+}
+
+/** Sent every 15 s during a turn. */
+export interface Keepalive {
+  /** Tokens the current turn has used so far. */
+  tokensUsed?:
+    | number
+    | undefined;
+  /** The session's max_context_tokens. */
+  tokensMax?: number | undefined;
+}
+
+/** The answer to Ping. */
+export interface Pong {
+}
+
+/** The transcript was compacted. */
+export interface ContextCompacted {
+  /** How (Cadre: summary). */
+  level: string;
+  /** Transcript messages before. */
+  messagesBefore: number;
+  /** Transcript messages after. */
+  messagesAfter: number;
+  /** Estimated tokens before. */
+  tokensBefore: number;
+  /** Estimated tokens after. */
+  tokensAfter: number;
+  /** The summary that replaced the oldest turns. */
+  summary?: string | undefined;
+}
+
+/** A UI visibility hint. */
+export interface PresenceHint {
+  /** full, mini or hidden. */
+  level: string;
+  /** Why. */
+  reason: string;
+}
+
+/** What the agent is doing. */
+export interface ActivityUpdate {
+  /** thinking, calling_tool, idle (later waiting_approval). */
+  state: string;
+  /** e.g. the tool's name. */
+  detail: string;
+  /** Progress from 0 to 1, when known. */
+  progress?: number | undefined;
 }
 
 function createBaseWatchTeamRequest(): WatchTeamRequest {
@@ -1914,9 +2395,3873 @@ export const TaskStatusChanged: MessageFns<TaskStatusChanged> = {
   },
 };
 
+function createBaseSessionRequest(): SessionRequest {
+  return { request: undefined };
+}
+
+export const SessionRequest: MessageFns<SessionRequest> = {
+  encode(message: SessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.request?.$case) {
+      case "start":
+        StartSession.encode(message.request.value, writer.uint32(10).fork()).join();
+        break;
+      case "userMessage":
+        UserMessage.encode(message.request.value, writer.uint32(18).fork()).join();
+        break;
+      case "toolResult":
+        ToolResult.encode(message.request.value, writer.uint32(26).fork()).join();
+        break;
+      case "cancelTurn":
+        CancelTurn.encode(message.request.value, writer.uint32(34).fork()).join();
+        break;
+      case "cancelSession":
+        CancelSession.encode(message.request.value, writer.uint32(42).fork()).join();
+        break;
+      case "ping":
+        Ping.encode(message.request.value, writer.uint32(50).fork()).join();
+        break;
+      case "registerTools":
+        RegisterTools.encode(message.request.value, writer.uint32(74).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.request = { $case: "start", value: StartSession.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.request = { $case: "userMessage", value: UserMessage.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.request = { $case: "toolResult", value: ToolResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.request = { $case: "cancelTurn", value: CancelTurn.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.request = { $case: "cancelSession", value: CancelSession.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.request = { $case: "ping", value: Ping.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.request = { $case: "registerTools", value: RegisterTools.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionRequest {
+    return {
+      request: isSet(object.start)
+        ? { $case: "start", value: StartSession.fromJSON(object.start) }
+        : isSet(object.userMessage)
+        ? { $case: "userMessage", value: UserMessage.fromJSON(object.userMessage) }
+        : isSet(object.user_message)
+        ? { $case: "userMessage", value: UserMessage.fromJSON(object.user_message) }
+        : isSet(object.toolResult)
+        ? { $case: "toolResult", value: ToolResult.fromJSON(object.toolResult) }
+        : isSet(object.tool_result)
+        ? { $case: "toolResult", value: ToolResult.fromJSON(object.tool_result) }
+        : isSet(object.cancelTurn)
+        ? { $case: "cancelTurn", value: CancelTurn.fromJSON(object.cancelTurn) }
+        : isSet(object.cancel_turn)
+        ? { $case: "cancelTurn", value: CancelTurn.fromJSON(object.cancel_turn) }
+        : isSet(object.cancelSession)
+        ? { $case: "cancelSession", value: CancelSession.fromJSON(object.cancelSession) }
+        : isSet(object.cancel_session)
+        ? { $case: "cancelSession", value: CancelSession.fromJSON(object.cancel_session) }
+        : isSet(object.ping)
+        ? { $case: "ping", value: Ping.fromJSON(object.ping) }
+        : isSet(object.registerTools)
+        ? { $case: "registerTools", value: RegisterTools.fromJSON(object.registerTools) }
+        : isSet(object.register_tools)
+        ? { $case: "registerTools", value: RegisterTools.fromJSON(object.register_tools) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: SessionRequest): unknown {
+    const obj: any = {};
+    if (message.request?.$case === "start") {
+      obj.start = StartSession.toJSON(message.request.value);
+    } else if (message.request?.$case === "userMessage") {
+      obj.userMessage = UserMessage.toJSON(message.request.value);
+    } else if (message.request?.$case === "toolResult") {
+      obj.toolResult = ToolResult.toJSON(message.request.value);
+    } else if (message.request?.$case === "cancelTurn") {
+      obj.cancelTurn = CancelTurn.toJSON(message.request.value);
+    } else if (message.request?.$case === "cancelSession") {
+      obj.cancelSession = CancelSession.toJSON(message.request.value);
+    } else if (message.request?.$case === "ping") {
+      obj.ping = Ping.toJSON(message.request.value);
+    } else if (message.request?.$case === "registerTools") {
+      obj.registerTools = RegisterTools.toJSON(message.request.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionRequest>, I>>(base?: I): SessionRequest {
+    return SessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionRequest>, I>>(object: I): SessionRequest {
+    const message = createBaseSessionRequest();
+    switch (object.request?.$case) {
+      case "start": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "start", value: StartSession.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "userMessage": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "userMessage", value: UserMessage.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "toolResult": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "toolResult", value: ToolResult.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "cancelTurn": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "cancelTurn", value: CancelTurn.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "cancelSession": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "cancelSession", value: CancelSession.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "ping": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "ping", value: Ping.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "registerTools": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "registerTools", value: RegisterTools.fromPartial(object.request.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseStartSession(): StartSession {
+  return {
+    environmentId: "",
+    hostId: undefined,
+    model: undefined,
+    tools: [],
+    history: [],
+    projectContext: [],
+    maxContextTokens: undefined,
+    sessionId: undefined,
+    afterSeq: 0,
+  };
+}
+
+export const StartSession: MessageFns<StartSession> = {
+  encode(message: StartSession, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.environmentId !== "") {
+      writer.uint32(10).string(message.environmentId);
+    }
+    if (message.hostId !== undefined) {
+      writer.uint32(18).string(message.hostId);
+    }
+    if (message.model !== undefined) {
+      writer.uint32(26).string(message.model);
+    }
+    for (const v of message.tools) {
+      ToolSchema.encode(v!, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.history) {
+      ConversationMessage.encode(v!, writer.uint32(42).fork()).join();
+    }
+    for (const v of message.projectContext) {
+      writer.uint32(50).string(v!);
+    }
+    if (message.maxContextTokens !== undefined) {
+      writer.uint32(56).uint32(message.maxContextTokens);
+    }
+    if (message.sessionId !== undefined) {
+      writer.uint32(258).string(message.sessionId);
+    }
+    if (message.afterSeq !== 0) {
+      writer.uint32(264).uint64(message.afterSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartSession {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartSession();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.environmentId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tools.push(ToolSchema.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.history.push(ConversationMessage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.projectContext.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.maxContextTokens = reader.uint32();
+            continue;
+          }
+          case 32: {
+            if (tag !== 258) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 33: {
+            if (tag !== 264) {
+              break;
+            }
+
+            message.afterSeq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartSession {
+    return {
+      environmentId: isSet(object.environmentId)
+        ? globalThis.String(object.environmentId)
+        : isSet(object.environment_id)
+        ? globalThis.String(object.environment_id)
+        : "",
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : undefined,
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => ToolSchema.fromJSON(e)) : [],
+      history: globalThis.Array.isArray(object?.history)
+        ? object.history.map((e: any) => ConversationMessage.fromJSON(e))
+        : [],
+      projectContext: globalThis.Array.isArray(object?.projectContext)
+        ? object.projectContext.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.project_context)
+        ? object.project_context.map((e: any) => globalThis.String(e))
+        : [],
+      maxContextTokens: isSet(object.maxContextTokens)
+        ? globalThis.Number(object.maxContextTokens)
+        : isSet(object.max_context_tokens)
+        ? globalThis.Number(object.max_context_tokens)
+        : undefined,
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : undefined,
+      afterSeq: isSet(object.afterSeq)
+        ? globalThis.Number(object.afterSeq)
+        : isSet(object.after_seq)
+        ? globalThis.Number(object.after_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: StartSession): unknown {
+    const obj: any = {};
+    if (message.environmentId !== "") {
+      obj.environmentId = message.environmentId;
+    }
+    if (message.hostId !== undefined) {
+      obj.hostId = message.hostId;
+    }
+    if (message.model !== undefined) {
+      obj.model = message.model;
+    }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => ToolSchema.toJSON(e));
+    }
+    if (message.history?.length) {
+      obj.history = message.history.map((e) => ConversationMessage.toJSON(e));
+    }
+    if (message.projectContext?.length) {
+      obj.projectContext = message.projectContext;
+    }
+    if (message.maxContextTokens !== undefined) {
+      obj.maxContextTokens = Math.round(message.maxContextTokens);
+    }
+    if (message.sessionId !== undefined) {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.afterSeq !== 0) {
+      obj.afterSeq = Math.round(message.afterSeq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<StartSession>, I>>(base?: I): StartSession {
+    return StartSession.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<StartSession>, I>>(object: I): StartSession {
+    const message = createBaseStartSession();
+    message.environmentId = object.environmentId ?? "";
+    message.hostId = object.hostId ?? undefined;
+    message.model = object.model ?? undefined;
+    message.tools = object.tools?.map((e) => ToolSchema.fromPartial(e)) || [];
+    message.history = object.history?.map((e) => ConversationMessage.fromPartial(e)) || [];
+    message.projectContext = object.projectContext?.map((e) => e) || [];
+    message.maxContextTokens = object.maxContextTokens ?? undefined;
+    message.sessionId = object.sessionId ?? undefined;
+    message.afterSeq = object.afterSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseConversationMessage(): ConversationMessage {
+  return { role: "", parts: [] };
+}
+
+export const ConversationMessage: MessageFns<ConversationMessage> = {
+  encode(message: ConversationMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.role !== "") {
+      writer.uint32(10).string(message.role);
+    }
+    for (const v of message.parts) {
+      ContentPart.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ConversationMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseConversationMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.parts.push(ContentPart.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ConversationMessage {
+    return {
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      parts: globalThis.Array.isArray(object?.parts) ? object.parts.map((e: any) => ContentPart.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ConversationMessage): unknown {
+    const obj: any = {};
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.parts?.length) {
+      obj.parts = message.parts.map((e) => ContentPart.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ConversationMessage>, I>>(base?: I): ConversationMessage {
+    return ConversationMessage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ConversationMessage>, I>>(object: I): ConversationMessage {
+    const message = createBaseConversationMessage();
+    message.role = object.role ?? "";
+    message.parts = object.parts?.map((e) => ContentPart.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseContentPart(): ContentPart {
+  return { part: undefined };
+}
+
+export const ContentPart: MessageFns<ContentPart> = {
+  encode(message: ContentPart, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.part?.$case) {
+      case "text":
+        TextContent.encode(message.part.value, writer.uint32(10).fork()).join();
+        break;
+      case "toolUse":
+        ToolUseContent.encode(message.part.value, writer.uint32(18).fork()).join();
+        break;
+      case "toolResult":
+        ToolResultContent.encode(message.part.value, writer.uint32(26).fork()).join();
+        break;
+      case "thinking":
+        ThinkingContent.encode(message.part.value, writer.uint32(34).fork()).join();
+        break;
+      case "image":
+        ImageContent.encode(message.part.value, writer.uint32(42).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContentPart {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContentPart();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.part = { $case: "text", value: TextContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.part = { $case: "toolUse", value: ToolUseContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.part = { $case: "toolResult", value: ToolResultContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.part = { $case: "thinking", value: ThinkingContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.part = { $case: "image", value: ImageContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContentPart {
+    return {
+      part: isSet(object.text)
+        ? { $case: "text", value: TextContent.fromJSON(object.text) }
+        : isSet(object.toolUse)
+        ? { $case: "toolUse", value: ToolUseContent.fromJSON(object.toolUse) }
+        : isSet(object.tool_use)
+        ? { $case: "toolUse", value: ToolUseContent.fromJSON(object.tool_use) }
+        : isSet(object.toolResult)
+        ? { $case: "toolResult", value: ToolResultContent.fromJSON(object.toolResult) }
+        : isSet(object.tool_result)
+        ? { $case: "toolResult", value: ToolResultContent.fromJSON(object.tool_result) }
+        : isSet(object.thinking)
+        ? { $case: "thinking", value: ThinkingContent.fromJSON(object.thinking) }
+        : isSet(object.image)
+        ? { $case: "image", value: ImageContent.fromJSON(object.image) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: ContentPart): unknown {
+    const obj: any = {};
+    if (message.part?.$case === "text") {
+      obj.text = TextContent.toJSON(message.part.value);
+    } else if (message.part?.$case === "toolUse") {
+      obj.toolUse = ToolUseContent.toJSON(message.part.value);
+    } else if (message.part?.$case === "toolResult") {
+      obj.toolResult = ToolResultContent.toJSON(message.part.value);
+    } else if (message.part?.$case === "thinking") {
+      obj.thinking = ThinkingContent.toJSON(message.part.value);
+    } else if (message.part?.$case === "image") {
+      obj.image = ImageContent.toJSON(message.part.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ContentPart>, I>>(base?: I): ContentPart {
+    return ContentPart.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ContentPart>, I>>(object: I): ContentPart {
+    const message = createBaseContentPart();
+    switch (object.part?.$case) {
+      case "text": {
+        if (object.part?.value !== undefined && object.part?.value !== null) {
+          message.part = { $case: "text", value: TextContent.fromPartial(object.part.value) };
+        }
+        break;
+      }
+      case "toolUse": {
+        if (object.part?.value !== undefined && object.part?.value !== null) {
+          message.part = { $case: "toolUse", value: ToolUseContent.fromPartial(object.part.value) };
+        }
+        break;
+      }
+      case "toolResult": {
+        if (object.part?.value !== undefined && object.part?.value !== null) {
+          message.part = { $case: "toolResult", value: ToolResultContent.fromPartial(object.part.value) };
+        }
+        break;
+      }
+      case "thinking": {
+        if (object.part?.value !== undefined && object.part?.value !== null) {
+          message.part = { $case: "thinking", value: ThinkingContent.fromPartial(object.part.value) };
+        }
+        break;
+      }
+      case "image": {
+        if (object.part?.value !== undefined && object.part?.value !== null) {
+          message.part = { $case: "image", value: ImageContent.fromPartial(object.part.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseTextContent(): TextContent {
+  return { text: "" };
+}
+
+export const TextContent: MessageFns<TextContent> = {
+  encode(message: TextContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.text !== "") {
+      writer.uint32(10).string(message.text);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TextContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTextContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TextContent {
+    return { text: isSet(object.text) ? globalThis.String(object.text) : "" };
+  },
+
+  toJSON(message: TextContent): unknown {
+    const obj: any = {};
+    if (message.text !== "") {
+      obj.text = message.text;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TextContent>, I>>(base?: I): TextContent {
+    return TextContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TextContent>, I>>(object: I): TextContent {
+    const message = createBaseTextContent();
+    message.text = object.text ?? "";
+    return message;
+  },
+};
+
+function createBaseToolUseContent(): ToolUseContent {
+  return { id: "", name: "", input: undefined };
+}
+
+export const ToolUseContent: MessageFns<ToolUseContent> = {
+  encode(message: ToolUseContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.input !== undefined) {
+      Struct.encode(Struct.wrap(message.input), writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolUseContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolUseContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.input = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolUseContent {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      input: isObject(object.input) ? object.input : undefined,
+    };
+  },
+
+  toJSON(message: ToolUseContent): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.input !== undefined) {
+      obj.input = message.input;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolUseContent>, I>>(base?: I): ToolUseContent {
+    return ToolUseContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolUseContent>, I>>(object: I): ToolUseContent {
+    const message = createBaseToolUseContent();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.input = object.input ?? undefined;
+    return message;
+  },
+};
+
+function createBaseToolResultContent(): ToolResultContent {
+  return { toolUseId: "", name: "", content: "", isError: false };
+}
+
+export const ToolResultContent: MessageFns<ToolResultContent> = {
+  encode(message: ToolResultContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.toolUseId !== "") {
+      writer.uint32(10).string(message.toolUseId);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.content !== "") {
+      writer.uint32(26).string(message.content);
+    }
+    if (message.isError !== false) {
+      writer.uint32(32).bool(message.isError);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolResultContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolResultContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.toolUseId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.isError = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolResultContent {
+    return {
+      toolUseId: isSet(object.toolUseId)
+        ? globalThis.String(object.toolUseId)
+        : isSet(object.tool_use_id)
+        ? globalThis.String(object.tool_use_id)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      isError: isSet(object.isError)
+        ? globalThis.Boolean(object.isError)
+        : isSet(object.is_error)
+        ? globalThis.Boolean(object.is_error)
+        : false,
+    };
+  },
+
+  toJSON(message: ToolResultContent): unknown {
+    const obj: any = {};
+    if (message.toolUseId !== "") {
+      obj.toolUseId = message.toolUseId;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.isError !== false) {
+      obj.isError = message.isError;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolResultContent>, I>>(base?: I): ToolResultContent {
+    return ToolResultContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolResultContent>, I>>(object: I): ToolResultContent {
+    const message = createBaseToolResultContent();
+    message.toolUseId = object.toolUseId ?? "";
+    message.name = object.name ?? "";
+    message.content = object.content ?? "";
+    message.isError = object.isError ?? false;
+    return message;
+  },
+};
+
+function createBaseThinkingContent(): ThinkingContent {
+  return { thinking: "", signature: "" };
+}
+
+export const ThinkingContent: MessageFns<ThinkingContent> = {
+  encode(message: ThinkingContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.thinking !== "") {
+      writer.uint32(10).string(message.thinking);
+    }
+    if (message.signature !== "") {
+      writer.uint32(18).string(message.signature);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThinkingContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThinkingContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.thinking = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.signature = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThinkingContent {
+    return {
+      thinking: isSet(object.thinking) ? globalThis.String(object.thinking) : "",
+      signature: isSet(object.signature) ? globalThis.String(object.signature) : "",
+    };
+  },
+
+  toJSON(message: ThinkingContent): unknown {
+    const obj: any = {};
+    if (message.thinking !== "") {
+      obj.thinking = message.thinking;
+    }
+    if (message.signature !== "") {
+      obj.signature = message.signature;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ThinkingContent>, I>>(base?: I): ThinkingContent {
+    return ThinkingContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ThinkingContent>, I>>(object: I): ThinkingContent {
+    const message = createBaseThinkingContent();
+    message.thinking = object.thinking ?? "";
+    message.signature = object.signature ?? "";
+    return message;
+  },
+};
+
+function createBaseImageContent(): ImageContent {
+  return { mediaType: "", data: new Uint8Array(0) };
+}
+
+export const ImageContent: MessageFns<ImageContent> = {
+  encode(message: ImageContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaType !== "") {
+      writer.uint32(10).string(message.mediaType);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ImageContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseImageContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaType = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = reader.bytes();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ImageContent {
+    return {
+      mediaType: isSet(object.mediaType)
+        ? globalThis.String(object.mediaType)
+        : isSet(object.media_type)
+        ? globalThis.String(object.media_type)
+        : "",
+      data: isSet(object.data) ? bytesFromBase64(object.data) : new Uint8Array(0),
+    };
+  },
+
+  toJSON(message: ImageContent): unknown {
+    const obj: any = {};
+    if (message.mediaType !== "") {
+      obj.mediaType = message.mediaType;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ImageContent>, I>>(base?: I): ImageContent {
+    return ImageContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ImageContent>, I>>(object: I): ImageContent {
+    const message = createBaseImageContent();
+    message.mediaType = object.mediaType ?? "";
+    message.data = object.data ?? new Uint8Array(0);
+    return message;
+  },
+};
+
+function createBaseUserMessage(): UserMessage {
+  return { content: "", context: [], aiMode: undefined, messageId: undefined, tools: [], systemContext: undefined };
+}
+
+export const UserMessage: MessageFns<UserMessage> = {
+  encode(message: UserMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.content !== "") {
+      writer.uint32(10).string(message.content);
+    }
+    for (const v of message.context) {
+      ContentBlock.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.aiMode !== undefined) {
+      writer.uint32(26).string(message.aiMode);
+    }
+    if (message.messageId !== undefined) {
+      writer.uint32(34).string(message.messageId);
+    }
+    for (const v of message.tools) {
+      ToolSchema.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.systemContext !== undefined) {
+      writer.uint32(50).string(message.systemContext);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UserMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUserMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.context.push(ContentBlock.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.aiMode = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tools.push(ToolSchema.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.systemContext = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UserMessage {
+    return {
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      context: globalThis.Array.isArray(object?.context)
+        ? object.context.map((e: any) => ContentBlock.fromJSON(e))
+        : [],
+      aiMode: isSet(object.aiMode)
+        ? globalThis.String(object.aiMode)
+        : isSet(object.ai_mode)
+        ? globalThis.String(object.ai_mode)
+        : undefined,
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : undefined,
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => ToolSchema.fromJSON(e)) : [],
+      systemContext: isSet(object.systemContext)
+        ? globalThis.String(object.systemContext)
+        : isSet(object.system_context)
+        ? globalThis.String(object.system_context)
+        : undefined,
+    };
+  },
+
+  toJSON(message: UserMessage): unknown {
+    const obj: any = {};
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.context?.length) {
+      obj.context = message.context.map((e) => ContentBlock.toJSON(e));
+    }
+    if (message.aiMode !== undefined) {
+      obj.aiMode = message.aiMode;
+    }
+    if (message.messageId !== undefined) {
+      obj.messageId = message.messageId;
+    }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => ToolSchema.toJSON(e));
+    }
+    if (message.systemContext !== undefined) {
+      obj.systemContext = message.systemContext;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UserMessage>, I>>(base?: I): UserMessage {
+    return UserMessage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UserMessage>, I>>(object: I): UserMessage {
+    const message = createBaseUserMessage();
+    message.content = object.content ?? "";
+    message.context = object.context?.map((e) => ContentBlock.fromPartial(e)) || [];
+    message.aiMode = object.aiMode ?? undefined;
+    message.messageId = object.messageId ?? undefined;
+    message.tools = object.tools?.map((e) => ToolSchema.fromPartial(e)) || [];
+    message.systemContext = object.systemContext ?? undefined;
+    return message;
+  },
+};
+
+function createBaseContentBlock(): ContentBlock {
+  return { block: undefined, label: undefined };
+}
+
+export const ContentBlock: MessageFns<ContentBlock> = {
+  encode(message: ContentBlock, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.block?.$case) {
+      case "text":
+        writer.uint32(10).string(message.block.value);
+        break;
+      case "binary":
+        BinaryContent.encode(message.block.value, writer.uint32(18).fork()).join();
+        break;
+    }
+    if (message.label !== undefined) {
+      writer.uint32(26).string(message.label);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContentBlock {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContentBlock();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.block = { $case: "text", value: reader.string() };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.block = { $case: "binary", value: BinaryContent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContentBlock {
+    return {
+      block: isSet(object.text)
+        ? { $case: "text", value: globalThis.String(object.text) }
+        : isSet(object.binary)
+        ? { $case: "binary", value: BinaryContent.fromJSON(object.binary) }
+        : undefined,
+      label: isSet(object.label) ? globalThis.String(object.label) : undefined,
+    };
+  },
+
+  toJSON(message: ContentBlock): unknown {
+    const obj: any = {};
+    if (message.block?.$case === "text") {
+      obj.text = message.block.value;
+    } else if (message.block?.$case === "binary") {
+      obj.binary = BinaryContent.toJSON(message.block.value);
+    }
+    if (message.label !== undefined) {
+      obj.label = message.label;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ContentBlock>, I>>(base?: I): ContentBlock {
+    return ContentBlock.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ContentBlock>, I>>(object: I): ContentBlock {
+    const message = createBaseContentBlock();
+    switch (object.block?.$case) {
+      case "text": {
+        if (object.block?.value !== undefined && object.block?.value !== null) {
+          message.block = { $case: "text", value: object.block.value };
+        }
+        break;
+      }
+      case "binary": {
+        if (object.block?.value !== undefined && object.block?.value !== null) {
+          message.block = { $case: "binary", value: BinaryContent.fromPartial(object.block.value) };
+        }
+        break;
+      }
+    }
+    message.label = object.label ?? undefined;
+    return message;
+  },
+};
+
+function createBaseBinaryContent(): BinaryContent {
+  return { mimeType: "", data: new Uint8Array(0) };
+}
+
+export const BinaryContent: MessageFns<BinaryContent> = {
+  encode(message: BinaryContent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mimeType !== "") {
+      writer.uint32(10).string(message.mimeType);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BinaryContent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBinaryContent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = reader.bytes();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BinaryContent {
+    return {
+      mimeType: isSet(object.mimeType)
+        ? globalThis.String(object.mimeType)
+        : isSet(object.mime_type)
+        ? globalThis.String(object.mime_type)
+        : "",
+      data: isSet(object.data) ? bytesFromBase64(object.data) : new Uint8Array(0),
+    };
+  },
+
+  toJSON(message: BinaryContent): unknown {
+    const obj: any = {};
+    if (message.mimeType !== "") {
+      obj.mimeType = message.mimeType;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<BinaryContent>, I>>(base?: I): BinaryContent {
+    return BinaryContent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<BinaryContent>, I>>(object: I): BinaryContent {
+    const message = createBaseBinaryContent();
+    message.mimeType = object.mimeType ?? "";
+    message.data = object.data ?? new Uint8Array(0);
+    return message;
+  },
+};
+
+function createBaseToolResult(): ToolResult {
+  return { toolCallId: "", success: false, result: "", exitCode: undefined, truncated: false, durationMs: undefined };
+}
+
+export const ToolResult: MessageFns<ToolResult> = {
+  encode(message: ToolResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.toolCallId !== "") {
+      writer.uint32(10).string(message.toolCallId);
+    }
+    if (message.success !== false) {
+      writer.uint32(16).bool(message.success);
+    }
+    if (message.result !== "") {
+      writer.uint32(26).string(message.result);
+    }
+    if (message.exitCode !== undefined) {
+      writer.uint32(32).int32(message.exitCode);
+    }
+    if (message.truncated !== false) {
+      writer.uint32(40).bool(message.truncated);
+    }
+    if (message.durationMs !== undefined) {
+      writer.uint32(48).int64(message.durationMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.success = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.result = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.truncated = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.durationMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolResult {
+    return {
+      toolCallId: isSet(object.toolCallId)
+        ? globalThis.String(object.toolCallId)
+        : isSet(object.tool_call_id)
+        ? globalThis.String(object.tool_call_id)
+        : "",
+      success: isSet(object.success) ? globalThis.Boolean(object.success) : false,
+      result: isSet(object.result) ? globalThis.String(object.result) : "",
+      exitCode: isSet(object.exitCode)
+        ? globalThis.Number(object.exitCode)
+        : isSet(object.exit_code)
+        ? globalThis.Number(object.exit_code)
+        : undefined,
+      truncated: isSet(object.truncated) ? globalThis.Boolean(object.truncated) : false,
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ToolResult): unknown {
+    const obj: any = {};
+    if (message.toolCallId !== "") {
+      obj.toolCallId = message.toolCallId;
+    }
+    if (message.success !== false) {
+      obj.success = message.success;
+    }
+    if (message.result !== "") {
+      obj.result = message.result;
+    }
+    if (message.exitCode !== undefined) {
+      obj.exitCode = Math.round(message.exitCode);
+    }
+    if (message.truncated !== false) {
+      obj.truncated = message.truncated;
+    }
+    if (message.durationMs !== undefined) {
+      obj.durationMs = Math.round(message.durationMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolResult>, I>>(base?: I): ToolResult {
+    return ToolResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolResult>, I>>(object: I): ToolResult {
+    const message = createBaseToolResult();
+    message.toolCallId = object.toolCallId ?? "";
+    message.success = object.success ?? false;
+    message.result = object.result ?? "";
+    message.exitCode = object.exitCode ?? undefined;
+    message.truncated = object.truncated ?? false;
+    message.durationMs = object.durationMs ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCancelTurn(): CancelTurn {
+  return { reason: "" };
+}
+
+export const CancelTurn: MessageFns<CancelTurn> = {
+  encode(message: CancelTurn, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.reason !== "") {
+      writer.uint32(10).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelTurn {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelTurn();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelTurn {
+    return { reason: isSet(object.reason) ? globalThis.String(object.reason) : "" };
+  },
+
+  toJSON(message: CancelTurn): unknown {
+    const obj: any = {};
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelTurn>, I>>(base?: I): CancelTurn {
+    return CancelTurn.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelTurn>, I>>(object: I): CancelTurn {
+    const message = createBaseCancelTurn();
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelSession(): CancelSession {
+  return { reason: "" };
+}
+
+export const CancelSession: MessageFns<CancelSession> = {
+  encode(message: CancelSession, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.reason !== "") {
+      writer.uint32(10).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelSession {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelSession();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelSession {
+    return { reason: isSet(object.reason) ? globalThis.String(object.reason) : "" };
+  },
+
+  toJSON(message: CancelSession): unknown {
+    const obj: any = {};
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CancelSession>, I>>(base?: I): CancelSession {
+    return CancelSession.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CancelSession>, I>>(object: I): CancelSession {
+    const message = createBaseCancelSession();
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBasePing(): Ping {
+  return {};
+}
+
+export const Ping: MessageFns<Ping> = {
+  encode(_: Ping, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Ping {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePing();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): Ping {
+    return {};
+  },
+
+  toJSON(_: Ping): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Ping>, I>>(base?: I): Ping {
+    return Ping.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Ping>, I>>(_: I): Ping {
+    const message = createBasePing();
+    return message;
+  },
+};
+
+function createBaseRegisterTools(): RegisterTools {
+  return { source: undefined, tools: [], systemContext: undefined };
+}
+
+export const RegisterTools: MessageFns<RegisterTools> = {
+  encode(message: RegisterTools, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.source !== undefined) {
+      writer.uint32(10).string(message.source);
+    }
+    for (const v of message.tools) {
+      ToolSchema.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.systemContext !== undefined) {
+      writer.uint32(26).string(message.systemContext);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RegisterTools {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRegisterTools();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tools.push(ToolSchema.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.systemContext = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RegisterTools {
+    return {
+      source: isSet(object.source) ? globalThis.String(object.source) : undefined,
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => ToolSchema.fromJSON(e)) : [],
+      systemContext: isSet(object.systemContext)
+        ? globalThis.String(object.systemContext)
+        : isSet(object.system_context)
+        ? globalThis.String(object.system_context)
+        : undefined,
+    };
+  },
+
+  toJSON(message: RegisterTools): unknown {
+    const obj: any = {};
+    if (message.source !== undefined) {
+      obj.source = message.source;
+    }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => ToolSchema.toJSON(e));
+    }
+    if (message.systemContext !== undefined) {
+      obj.systemContext = message.systemContext;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RegisterTools>, I>>(base?: I): RegisterTools {
+    return RegisterTools.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RegisterTools>, I>>(object: I): RegisterTools {
+    const message = createBaseRegisterTools();
+    message.source = object.source ?? undefined;
+    message.tools = object.tools?.map((e) => ToolSchema.fromPartial(e)) || [];
+    message.systemContext = object.systemContext ?? undefined;
+    return message;
+  },
+};
+
+function createBaseToolSchema(): ToolSchema {
+  return { name: "", description: "", parametersSchema: undefined, timeoutMs: 0, category: 0 };
+}
+
+export const ToolSchema: MessageFns<ToolSchema> = {
+  encode(message: ToolSchema, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.parametersSchema !== undefined) {
+      Struct.encode(Struct.wrap(message.parametersSchema), writer.uint32(26).fork()).join();
+    }
+    if (message.timeoutMs !== 0) {
+      writer.uint32(32).uint32(message.timeoutMs);
+    }
+    if (message.category !== 0) {
+      writer.uint32(40).int32(message.category);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolSchema {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolSchema();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.parametersSchema = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.timeoutMs = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.category = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolSchema {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      parametersSchema: isObject(object.parametersSchema)
+        ? object.parametersSchema
+        : isObject(object.parameters_schema)
+        ? object.parameters_schema
+        : undefined,
+      timeoutMs: isSet(object.timeoutMs)
+        ? globalThis.Number(object.timeoutMs)
+        : isSet(object.timeout_ms)
+        ? globalThis.Number(object.timeout_ms)
+        : 0,
+      category: isSet(object.category) ? toolCategoryHintFromJSON(object.category) : 0,
+    };
+  },
+
+  toJSON(message: ToolSchema): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.parametersSchema !== undefined) {
+      obj.parametersSchema = message.parametersSchema;
+    }
+    if (message.timeoutMs !== 0) {
+      obj.timeoutMs = Math.round(message.timeoutMs);
+    }
+    if (message.category !== 0) {
+      obj.category = toolCategoryHintToJSON(message.category);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolSchema>, I>>(base?: I): ToolSchema {
+    return ToolSchema.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolSchema>, I>>(object: I): ToolSchema {
+    const message = createBaseToolSchema();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.parametersSchema = object.parametersSchema ?? undefined;
+    message.timeoutMs = object.timeoutMs ?? 0;
+    message.category = object.category ?? 0;
+    return message;
+  },
+};
+
+function createBaseSessionResponse(): SessionResponse {
+  return { response: undefined, seq: 0, sessionId: "" };
+}
+
+export const SessionResponse: MessageFns<SessionResponse> = {
+  encode(message: SessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.response?.$case) {
+      case "sessionStarted":
+        SessionStarted.encode(message.response.value, writer.uint32(10).fork()).join();
+        break;
+      case "textDelta":
+        TextDelta.encode(message.response.value, writer.uint32(18).fork()).join();
+        break;
+      case "thinkingDelta":
+        ThinkingDelta.encode(message.response.value, writer.uint32(26).fork()).join();
+        break;
+      case "toolRequest":
+        ToolRequest.encode(message.response.value, writer.uint32(34).fork()).join();
+        break;
+      case "turnComplete":
+        TurnComplete.encode(message.response.value, writer.uint32(42).fork()).join();
+        break;
+      case "error":
+        SessionError.encode(message.response.value, writer.uint32(50).fork()).join();
+        break;
+      case "keepalive":
+        Keepalive.encode(message.response.value, writer.uint32(58).fork()).join();
+        break;
+      case "pong":
+        Pong.encode(message.response.value, writer.uint32(66).fork()).join();
+        break;
+      case "contextCompacted":
+        ContextCompacted.encode(message.response.value, writer.uint32(74).fork()).join();
+        break;
+      case "presenceHint":
+        PresenceHint.encode(message.response.value, writer.uint32(82).fork()).join();
+        break;
+      case "activityUpdate":
+        ActivityUpdate.encode(message.response.value, writer.uint32(90).fork()).join();
+        break;
+    }
+    if (message.seq !== 0) {
+      writer.uint32(512).uint64(message.seq);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(522).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.response = { $case: "sessionStarted", value: SessionStarted.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.response = { $case: "textDelta", value: TextDelta.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.response = { $case: "thinkingDelta", value: ThinkingDelta.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.response = { $case: "toolRequest", value: ToolRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.response = { $case: "turnComplete", value: TurnComplete.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.response = { $case: "error", value: SessionError.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.response = { $case: "keepalive", value: Keepalive.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.response = { $case: "pong", value: Pong.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.response = { $case: "contextCompacted", value: ContextCompacted.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.response = { $case: "presenceHint", value: PresenceHint.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.response = { $case: "activityUpdate", value: ActivityUpdate.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 64: {
+            if (tag !== 512) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 65: {
+            if (tag !== 522) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionResponse {
+    return {
+      response: isSet(object.sessionStarted)
+        ? { $case: "sessionStarted", value: SessionStarted.fromJSON(object.sessionStarted) }
+        : isSet(object.session_started)
+        ? { $case: "sessionStarted", value: SessionStarted.fromJSON(object.session_started) }
+        : isSet(object.textDelta)
+        ? { $case: "textDelta", value: TextDelta.fromJSON(object.textDelta) }
+        : isSet(object.text_delta)
+        ? { $case: "textDelta", value: TextDelta.fromJSON(object.text_delta) }
+        : isSet(object.thinkingDelta)
+        ? { $case: "thinkingDelta", value: ThinkingDelta.fromJSON(object.thinkingDelta) }
+        : isSet(object.thinking_delta)
+        ? { $case: "thinkingDelta", value: ThinkingDelta.fromJSON(object.thinking_delta) }
+        : isSet(object.toolRequest)
+        ? { $case: "toolRequest", value: ToolRequest.fromJSON(object.toolRequest) }
+        : isSet(object.tool_request)
+        ? { $case: "toolRequest", value: ToolRequest.fromJSON(object.tool_request) }
+        : isSet(object.turnComplete)
+        ? { $case: "turnComplete", value: TurnComplete.fromJSON(object.turnComplete) }
+        : isSet(object.turn_complete)
+        ? { $case: "turnComplete", value: TurnComplete.fromJSON(object.turn_complete) }
+        : isSet(object.error)
+        ? { $case: "error", value: SessionError.fromJSON(object.error) }
+        : isSet(object.keepalive)
+        ? { $case: "keepalive", value: Keepalive.fromJSON(object.keepalive) }
+        : isSet(object.pong)
+        ? { $case: "pong", value: Pong.fromJSON(object.pong) }
+        : isSet(object.contextCompacted)
+        ? { $case: "contextCompacted", value: ContextCompacted.fromJSON(object.contextCompacted) }
+        : isSet(object.context_compacted)
+        ? { $case: "contextCompacted", value: ContextCompacted.fromJSON(object.context_compacted) }
+        : isSet(object.presenceHint)
+        ? { $case: "presenceHint", value: PresenceHint.fromJSON(object.presenceHint) }
+        : isSet(object.presence_hint)
+        ? { $case: "presenceHint", value: PresenceHint.fromJSON(object.presence_hint) }
+        : isSet(object.activityUpdate)
+        ? { $case: "activityUpdate", value: ActivityUpdate.fromJSON(object.activityUpdate) }
+        : isSet(object.activity_update)
+        ? { $case: "activityUpdate", value: ActivityUpdate.fromJSON(object.activity_update) }
+        : undefined,
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+    };
+  },
+
+  toJSON(message: SessionResponse): unknown {
+    const obj: any = {};
+    if (message.response?.$case === "sessionStarted") {
+      obj.sessionStarted = SessionStarted.toJSON(message.response.value);
+    } else if (message.response?.$case === "textDelta") {
+      obj.textDelta = TextDelta.toJSON(message.response.value);
+    } else if (message.response?.$case === "thinkingDelta") {
+      obj.thinkingDelta = ThinkingDelta.toJSON(message.response.value);
+    } else if (message.response?.$case === "toolRequest") {
+      obj.toolRequest = ToolRequest.toJSON(message.response.value);
+    } else if (message.response?.$case === "turnComplete") {
+      obj.turnComplete = TurnComplete.toJSON(message.response.value);
+    } else if (message.response?.$case === "error") {
+      obj.error = SessionError.toJSON(message.response.value);
+    } else if (message.response?.$case === "keepalive") {
+      obj.keepalive = Keepalive.toJSON(message.response.value);
+    } else if (message.response?.$case === "pong") {
+      obj.pong = Pong.toJSON(message.response.value);
+    } else if (message.response?.$case === "contextCompacted") {
+      obj.contextCompacted = ContextCompacted.toJSON(message.response.value);
+    } else if (message.response?.$case === "presenceHint") {
+      obj.presenceHint = PresenceHint.toJSON(message.response.value);
+    } else if (message.response?.$case === "activityUpdate") {
+      obj.activityUpdate = ActivityUpdate.toJSON(message.response.value);
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionResponse>, I>>(base?: I): SessionResponse {
+    return SessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionResponse>, I>>(object: I): SessionResponse {
+    const message = createBaseSessionResponse();
+    switch (object.response?.$case) {
+      case "sessionStarted": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "sessionStarted", value: SessionStarted.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "textDelta": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "textDelta", value: TextDelta.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "thinkingDelta": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "thinkingDelta", value: ThinkingDelta.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "toolRequest": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "toolRequest", value: ToolRequest.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "turnComplete": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "turnComplete", value: TurnComplete.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "error": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "error", value: SessionError.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "keepalive": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "keepalive", value: Keepalive.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "pong": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "pong", value: Pong.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "contextCompacted": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "contextCompacted", value: ContextCompacted.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "presenceHint": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "presenceHint", value: PresenceHint.fromPartial(object.response.value) };
+        }
+        break;
+      }
+      case "activityUpdate": {
+        if (object.response?.value !== undefined && object.response?.value !== null) {
+          message.response = { $case: "activityUpdate", value: ActivityUpdate.fromPartial(object.response.value) };
+        }
+        break;
+      }
+    }
+    message.seq = object.seq ?? 0;
+    message.sessionId = object.sessionId ?? "";
+    return message;
+  },
+};
+
+function createBaseSessionStarted(): SessionStarted {
+  return { sessionId: "", model: "", permissions: [] };
+}
+
+export const SessionStarted: MessageFns<SessionStarted> = {
+  encode(message: SessionStarted, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    for (const v of message.permissions) {
+      PermissionRule.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionStarted {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionStarted();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.permissions.push(PermissionRule.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionStarted {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      permissions: globalThis.Array.isArray(object?.permissions)
+        ? object.permissions.map((e: any) => PermissionRule.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SessionStarted): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.permissions?.length) {
+      obj.permissions = message.permissions.map((e) => PermissionRule.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionStarted>, I>>(base?: I): SessionStarted {
+    return SessionStarted.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionStarted>, I>>(object: I): SessionStarted {
+    const message = createBaseSessionStarted();
+    message.sessionId = object.sessionId ?? "";
+    message.model = object.model ?? "";
+    message.permissions = object.permissions?.map((e) => PermissionRule.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePermissionRule(): PermissionRule {
+  return { toolPattern: "", policy: "", category: undefined, reason: undefined };
+}
+
+export const PermissionRule: MessageFns<PermissionRule> = {
+  encode(message: PermissionRule, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.toolPattern !== "") {
+      writer.uint32(10).string(message.toolPattern);
+    }
+    if (message.policy !== "") {
+      writer.uint32(18).string(message.policy);
+    }
+    if (message.category !== undefined) {
+      writer.uint32(26).string(message.category);
+    }
+    if (message.reason !== undefined) {
+      writer.uint32(34).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PermissionRule {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePermissionRule();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.toolPattern = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.policy = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.category = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PermissionRule {
+    return {
+      toolPattern: isSet(object.toolPattern)
+        ? globalThis.String(object.toolPattern)
+        : isSet(object.tool_pattern)
+        ? globalThis.String(object.tool_pattern)
+        : "",
+      policy: isSet(object.policy) ? globalThis.String(object.policy) : "",
+      category: isSet(object.category) ? globalThis.String(object.category) : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : undefined,
+    };
+  },
+
+  toJSON(message: PermissionRule): unknown {
+    const obj: any = {};
+    if (message.toolPattern !== "") {
+      obj.toolPattern = message.toolPattern;
+    }
+    if (message.policy !== "") {
+      obj.policy = message.policy;
+    }
+    if (message.category !== undefined) {
+      obj.category = message.category;
+    }
+    if (message.reason !== undefined) {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PermissionRule>, I>>(base?: I): PermissionRule {
+    return PermissionRule.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PermissionRule>, I>>(object: I): PermissionRule {
+    const message = createBasePermissionRule();
+    message.toolPattern = object.toolPattern ?? "";
+    message.policy = object.policy ?? "";
+    message.category = object.category ?? undefined;
+    message.reason = object.reason ?? undefined;
+    return message;
+  },
+};
+
+function createBaseTextDelta(): TextDelta {
+  return { messageId: "", content: "" };
+}
+
+export const TextDelta: MessageFns<TextDelta> = {
+  encode(message: TextDelta, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TextDelta {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTextDelta();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TextDelta {
+    return {
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+    };
+  },
+
+  toJSON(message: TextDelta): unknown {
+    const obj: any = {};
+    if (message.messageId !== "") {
+      obj.messageId = message.messageId;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TextDelta>, I>>(base?: I): TextDelta {
+    return TextDelta.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TextDelta>, I>>(object: I): TextDelta {
+    const message = createBaseTextDelta();
+    message.messageId = object.messageId ?? "";
+    message.content = object.content ?? "";
+    return message;
+  },
+};
+
+function createBaseThinkingDelta(): ThinkingDelta {
+  return { messageId: "", content: "" };
+}
+
+export const ThinkingDelta: MessageFns<ThinkingDelta> = {
+  encode(message: ThinkingDelta, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThinkingDelta {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThinkingDelta();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThinkingDelta {
+    return {
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+    };
+  },
+
+  toJSON(message: ThinkingDelta): unknown {
+    const obj: any = {};
+    if (message.messageId !== "") {
+      obj.messageId = message.messageId;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ThinkingDelta>, I>>(base?: I): ThinkingDelta {
+    return ThinkingDelta.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ThinkingDelta>, I>>(object: I): ThinkingDelta {
+    const message = createBaseThinkingDelta();
+    message.messageId = object.messageId ?? "";
+    message.content = object.content ?? "";
+    return message;
+  },
+};
+
+function createBaseToolRequest(): ToolRequest {
+  return { toolCallId: "", toolName: "", parameters: undefined, timeoutMs: 0 };
+}
+
+export const ToolRequest: MessageFns<ToolRequest> = {
+  encode(message: ToolRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.toolCallId !== "") {
+      writer.uint32(10).string(message.toolCallId);
+    }
+    if (message.toolName !== "") {
+      writer.uint32(18).string(message.toolName);
+    }
+    if (message.parameters !== undefined) {
+      Struct.encode(Struct.wrap(message.parameters), writer.uint32(26).fork()).join();
+    }
+    if (message.timeoutMs !== 0) {
+      writer.uint32(32).uint32(message.timeoutMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.toolName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.parameters = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.timeoutMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolRequest {
+    return {
+      toolCallId: isSet(object.toolCallId)
+        ? globalThis.String(object.toolCallId)
+        : isSet(object.tool_call_id)
+        ? globalThis.String(object.tool_call_id)
+        : "",
+      toolName: isSet(object.toolName)
+        ? globalThis.String(object.toolName)
+        : isSet(object.tool_name)
+        ? globalThis.String(object.tool_name)
+        : "",
+      parameters: isObject(object.parameters) ? object.parameters : undefined,
+      timeoutMs: isSet(object.timeoutMs)
+        ? globalThis.Number(object.timeoutMs)
+        : isSet(object.timeout_ms)
+        ? globalThis.Number(object.timeout_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: ToolRequest): unknown {
+    const obj: any = {};
+    if (message.toolCallId !== "") {
+      obj.toolCallId = message.toolCallId;
+    }
+    if (message.toolName !== "") {
+      obj.toolName = message.toolName;
+    }
+    if (message.parameters !== undefined) {
+      obj.parameters = message.parameters;
+    }
+    if (message.timeoutMs !== 0) {
+      obj.timeoutMs = Math.round(message.timeoutMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolRequest>, I>>(base?: I): ToolRequest {
+    return ToolRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolRequest>, I>>(object: I): ToolRequest {
+    const message = createBaseToolRequest();
+    message.toolCallId = object.toolCallId ?? "";
+    message.toolName = object.toolName ?? "";
+    message.parameters = object.parameters ?? undefined;
+    message.timeoutMs = object.timeoutMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseTurnComplete(): TurnComplete {
+  return { messageId: "", usage: undefined, stopReason: "" };
+}
+
+export const TurnComplete: MessageFns<TurnComplete> = {
+  encode(message: TurnComplete, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.messageId !== "") {
+      writer.uint32(10).string(message.messageId);
+    }
+    if (message.usage !== undefined) {
+      SessionTokenUsage.encode(message.usage, writer.uint32(18).fork()).join();
+    }
+    if (message.stopReason !== "") {
+      writer.uint32(26).string(message.stopReason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TurnComplete {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTurnComplete();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.usage = SessionTokenUsage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.stopReason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TurnComplete {
+    return {
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "",
+      usage: isSet(object.usage) ? SessionTokenUsage.fromJSON(object.usage) : undefined,
+      stopReason: isSet(object.stopReason)
+        ? globalThis.String(object.stopReason)
+        : isSet(object.stop_reason)
+        ? globalThis.String(object.stop_reason)
+        : "",
+    };
+  },
+
+  toJSON(message: TurnComplete): unknown {
+    const obj: any = {};
+    if (message.messageId !== "") {
+      obj.messageId = message.messageId;
+    }
+    if (message.usage !== undefined) {
+      obj.usage = SessionTokenUsage.toJSON(message.usage);
+    }
+    if (message.stopReason !== "") {
+      obj.stopReason = message.stopReason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TurnComplete>, I>>(base?: I): TurnComplete {
+    return TurnComplete.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TurnComplete>, I>>(object: I): TurnComplete {
+    const message = createBaseTurnComplete();
+    message.messageId = object.messageId ?? "";
+    message.usage = (object.usage !== undefined && object.usage !== null)
+      ? SessionTokenUsage.fromPartial(object.usage)
+      : undefined;
+    message.stopReason = object.stopReason ?? "";
+    return message;
+  },
+};
+
+function createBaseSessionTokenUsage(): SessionTokenUsage {
+  return { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheCreationTokens: 0 };
+}
+
+export const SessionTokenUsage: MessageFns<SessionTokenUsage> = {
+  encode(message: SessionTokenUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inputTokens !== 0) {
+      writer.uint32(8).uint32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(16).uint32(message.outputTokens);
+    }
+    if (message.cacheReadTokens !== 0) {
+      writer.uint32(24).uint32(message.cacheReadTokens);
+    }
+    if (message.cacheCreationTokens !== 0) {
+      writer.uint32(32).uint32(message.cacheCreationTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionTokenUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionTokenUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.inputTokens = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.outputTokens = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.cacheReadTokens = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.cacheCreationTokens = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionTokenUsage {
+    return {
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      cacheReadTokens: isSet(object.cacheReadTokens)
+        ? globalThis.Number(object.cacheReadTokens)
+        : isSet(object.cache_read_tokens)
+        ? globalThis.Number(object.cache_read_tokens)
+        : 0,
+      cacheCreationTokens: isSet(object.cacheCreationTokens)
+        ? globalThis.Number(object.cacheCreationTokens)
+        : isSet(object.cache_creation_tokens)
+        ? globalThis.Number(object.cache_creation_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: SessionTokenUsage): unknown {
+    const obj: any = {};
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.cacheReadTokens !== 0) {
+      obj.cacheReadTokens = Math.round(message.cacheReadTokens);
+    }
+    if (message.cacheCreationTokens !== 0) {
+      obj.cacheCreationTokens = Math.round(message.cacheCreationTokens);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionTokenUsage>, I>>(base?: I): SessionTokenUsage {
+    return SessionTokenUsage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionTokenUsage>, I>>(object: I): SessionTokenUsage {
+    const message = createBaseSessionTokenUsage();
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.cacheReadTokens = object.cacheReadTokens ?? 0;
+    message.cacheCreationTokens = object.cacheCreationTokens ?? 0;
+    return message;
+  },
+};
+
+function createBaseSessionError(): SessionError {
+  return { code: "", message: "", retryable: false };
+}
+
+export const SessionError: MessageFns<SessionError> = {
+  encode(message: SessionError, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.code !== "") {
+      writer.uint32(10).string(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    if (message.retryable !== false) {
+      writer.uint32(24).bool(message.retryable);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionError {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionError();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.retryable = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionError {
+    return {
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      retryable: isSet(object.retryable) ? globalThis.Boolean(object.retryable) : false,
+    };
+  },
+
+  toJSON(message: SessionError): unknown {
+    const obj: any = {};
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.retryable !== false) {
+      obj.retryable = message.retryable;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SessionError>, I>>(base?: I): SessionError {
+    return SessionError.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SessionError>, I>>(object: I): SessionError {
+    const message = createBaseSessionError();
+    message.code = object.code ?? "";
+    message.message = object.message ?? "";
+    message.retryable = object.retryable ?? false;
+    return message;
+  },
+};
+
+function createBaseKeepalive(): Keepalive {
+  return { tokensUsed: undefined, tokensMax: undefined };
+}
+
+export const Keepalive: MessageFns<Keepalive> = {
+  encode(message: Keepalive, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tokensUsed !== undefined) {
+      writer.uint32(8).uint32(message.tokensUsed);
+    }
+    if (message.tokensMax !== undefined) {
+      writer.uint32(16).uint32(message.tokensMax);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Keepalive {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeepalive();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.tokensUsed = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokensMax = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Keepalive {
+    return {
+      tokensUsed: isSet(object.tokensUsed)
+        ? globalThis.Number(object.tokensUsed)
+        : isSet(object.tokens_used)
+        ? globalThis.Number(object.tokens_used)
+        : undefined,
+      tokensMax: isSet(object.tokensMax)
+        ? globalThis.Number(object.tokensMax)
+        : isSet(object.tokens_max)
+        ? globalThis.Number(object.tokens_max)
+        : undefined,
+    };
+  },
+
+  toJSON(message: Keepalive): unknown {
+    const obj: any = {};
+    if (message.tokensUsed !== undefined) {
+      obj.tokensUsed = Math.round(message.tokensUsed);
+    }
+    if (message.tokensMax !== undefined) {
+      obj.tokensMax = Math.round(message.tokensMax);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Keepalive>, I>>(base?: I): Keepalive {
+    return Keepalive.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Keepalive>, I>>(object: I): Keepalive {
+    const message = createBaseKeepalive();
+    message.tokensUsed = object.tokensUsed ?? undefined;
+    message.tokensMax = object.tokensMax ?? undefined;
+    return message;
+  },
+};
+
+function createBasePong(): Pong {
+  return {};
+}
+
+export const Pong: MessageFns<Pong> = {
+  encode(_: Pong, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Pong {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePong();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): Pong {
+    return {};
+  },
+
+  toJSON(_: Pong): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Pong>, I>>(base?: I): Pong {
+    return Pong.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Pong>, I>>(_: I): Pong {
+    const message = createBasePong();
+    return message;
+  },
+};
+
+function createBaseContextCompacted(): ContextCompacted {
+  return { level: "", messagesBefore: 0, messagesAfter: 0, tokensBefore: 0, tokensAfter: 0, summary: undefined };
+}
+
+export const ContextCompacted: MessageFns<ContextCompacted> = {
+  encode(message: ContextCompacted, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.level !== "") {
+      writer.uint32(10).string(message.level);
+    }
+    if (message.messagesBefore !== 0) {
+      writer.uint32(16).uint32(message.messagesBefore);
+    }
+    if (message.messagesAfter !== 0) {
+      writer.uint32(24).uint32(message.messagesAfter);
+    }
+    if (message.tokensBefore !== 0) {
+      writer.uint32(32).uint32(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      writer.uint32(40).uint32(message.tokensAfter);
+    }
+    if (message.summary !== undefined) {
+      writer.uint32(50).string(message.summary);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContextCompacted {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContextCompacted();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.level = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.messagesBefore = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.messagesAfter = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.tokensBefore = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.tokensAfter = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.summary = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContextCompacted {
+    return {
+      level: isSet(object.level) ? globalThis.String(object.level) : "",
+      messagesBefore: isSet(object.messagesBefore)
+        ? globalThis.Number(object.messagesBefore)
+        : isSet(object.messages_before)
+        ? globalThis.Number(object.messages_before)
+        : 0,
+      messagesAfter: isSet(object.messagesAfter)
+        ? globalThis.Number(object.messagesAfter)
+        : isSet(object.messages_after)
+        ? globalThis.Number(object.messages_after)
+        : 0,
+      tokensBefore: isSet(object.tokensBefore)
+        ? globalThis.Number(object.tokensBefore)
+        : isSet(object.tokens_before)
+        ? globalThis.Number(object.tokens_before)
+        : 0,
+      tokensAfter: isSet(object.tokensAfter)
+        ? globalThis.Number(object.tokensAfter)
+        : isSet(object.tokens_after)
+        ? globalThis.Number(object.tokens_after)
+        : 0,
+      summary: isSet(object.summary) ? globalThis.String(object.summary) : undefined,
+    };
+  },
+
+  toJSON(message: ContextCompacted): unknown {
+    const obj: any = {};
+    if (message.level !== "") {
+      obj.level = message.level;
+    }
+    if (message.messagesBefore !== 0) {
+      obj.messagesBefore = Math.round(message.messagesBefore);
+    }
+    if (message.messagesAfter !== 0) {
+      obj.messagesAfter = Math.round(message.messagesAfter);
+    }
+    if (message.tokensBefore !== 0) {
+      obj.tokensBefore = Math.round(message.tokensBefore);
+    }
+    if (message.tokensAfter !== 0) {
+      obj.tokensAfter = Math.round(message.tokensAfter);
+    }
+    if (message.summary !== undefined) {
+      obj.summary = message.summary;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ContextCompacted>, I>>(base?: I): ContextCompacted {
+    return ContextCompacted.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ContextCompacted>, I>>(object: I): ContextCompacted {
+    const message = createBaseContextCompacted();
+    message.level = object.level ?? "";
+    message.messagesBefore = object.messagesBefore ?? 0;
+    message.messagesAfter = object.messagesAfter ?? 0;
+    message.tokensBefore = object.tokensBefore ?? 0;
+    message.tokensAfter = object.tokensAfter ?? 0;
+    message.summary = object.summary ?? undefined;
+    return message;
+  },
+};
+
+function createBasePresenceHint(): PresenceHint {
+  return { level: "", reason: "" };
+}
+
+export const PresenceHint: MessageFns<PresenceHint> = {
+  encode(message: PresenceHint, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.level !== "") {
+      writer.uint32(10).string(message.level);
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PresenceHint {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePresenceHint();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.level = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PresenceHint {
+    return {
+      level: isSet(object.level) ? globalThis.String(object.level) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: PresenceHint): unknown {
+    const obj: any = {};
+    if (message.level !== "") {
+      obj.level = message.level;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PresenceHint>, I>>(base?: I): PresenceHint {
+    return PresenceHint.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PresenceHint>, I>>(object: I): PresenceHint {
+    const message = createBasePresenceHint();
+    message.level = object.level ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseActivityUpdate(): ActivityUpdate {
+  return { state: "", detail: "", progress: undefined };
+}
+
+export const ActivityUpdate: MessageFns<ActivityUpdate> = {
+  encode(message: ActivityUpdate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== "") {
+      writer.uint32(10).string(message.state);
+    }
+    if (message.detail !== "") {
+      writer.uint32(18).string(message.detail);
+    }
+    if (message.progress !== undefined) {
+      writer.uint32(29).float(message.progress);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ActivityUpdate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseActivityUpdate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.detail = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 29) {
+              break;
+            }
+
+            message.progress = reader.float();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ActivityUpdate {
+    return {
+      state: isSet(object.state) ? globalThis.String(object.state) : "",
+      detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
+      progress: isSet(object.progress) ? globalThis.Number(object.progress) : undefined,
+    };
+  },
+
+  toJSON(message: ActivityUpdate): unknown {
+    const obj: any = {};
+    if (message.state !== "") {
+      obj.state = message.state;
+    }
+    if (message.detail !== "") {
+      obj.detail = message.detail;
+    }
+    if (message.progress !== undefined) {
+      obj.progress = floatToJson(message.progress);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ActivityUpdate>, I>>(base?: I): ActivityUpdate {
+    return ActivityUpdate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ActivityUpdate>, I>>(object: I): ActivityUpdate {
+    const message = createBaseActivityUpdate();
+    message.state = object.state ?? "";
+    message.detail = object.detail ?? "";
+    message.progress = object.progress ?? undefined;
+    return message;
+  },
+};
+
 /** Streams a task's team events: every worker's lifecycle plus the task's own status changes. */
 export type AgentServiceService = typeof AgentServiceService;
 export const AgentServiceService = {
+  /**
+   * An interactive agent session (roz's): the client sends SessionRequest messages (StartSession first), the
+   * server streams SessionResponse messages. The session lives in Cadre's store, not in the stream: a client
+   * that lost its stream reconnects to any gateway with StartSession.session_id + after_seq and gets every
+   * response after its cursor; a turn finishes even when nobody watches.
+   */
+  streamSession: {
+    path: "/roz.v1.AgentService/StreamSession" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: SessionRequest): Buffer => Buffer.from(SessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SessionRequest => SessionRequest.decode(value),
+    responseSerialize: (value: SessionResponse): Buffer => Buffer.from(SessionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SessionResponse => SessionResponse.decode(value),
+  },
   /**
    * Sends the task's events with seq > after_seq in seq order, then follows new ones live.
    * The stream ends after the task's terminal event (status completed, failed or cancelled) is sent.
@@ -1935,6 +6280,13 @@ export const AgentServiceService = {
 
 export interface AgentServiceServer extends UntypedServiceImplementation {
   /**
+   * An interactive agent session (roz's): the client sends SessionRequest messages (StartSession first), the
+   * server streams SessionResponse messages. The session lives in Cadre's store, not in the stream: a client
+   * that lost its stream reconnects to any gateway with StartSession.session_id + after_seq and gets every
+   * response after its cursor; a turn finishes even when nobody watches.
+   */
+  streamSession: handleBidiStreamingCall<SessionRequest, SessionResponse>;
+  /**
    * Sends the task's events with seq > after_seq in seq order, then follows new ones live.
    * The stream ends after the task's terminal event (status completed, failed or cancelled) is sent.
    * A cursor older than the log's retention fails with OUT_OF_RANGE rather than skipping events.
@@ -1943,6 +6295,18 @@ export interface AgentServiceServer extends UntypedServiceImplementation {
 }
 
 export interface AgentServiceClient extends Client {
+  /**
+   * An interactive agent session (roz's): the client sends SessionRequest messages (StartSession first), the
+   * server streams SessionResponse messages. The session lives in Cadre's store, not in the stream: a client
+   * that lost its stream reconnects to any gateway with StartSession.session_id + after_seq and gets every
+   * response after its cursor; a turn finishes even when nobody watches.
+   */
+  streamSession(): ClientDuplexStream<SessionRequest, SessionResponse>;
+  streamSession(options: Partial<CallOptions>): ClientDuplexStream<SessionRequest, SessionResponse>;
+  streamSession(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<SessionRequest, SessionResponse>;
   /**
    * Sends the task's events with seq > after_seq in seq order, then follows new ones live.
    * The stream ends after the task's terminal event (status completed, failed or cancelled) is sent.
@@ -1964,6 +6328,35 @@ export const AgentServiceClient = makeGenericClientConstructor(
   service: typeof AgentServiceService;
   serviceName: string;
 };
+
+function bytesFromBase64(b64: string): Uint8Array {
+  if ((globalThis as any).Buffer) {
+    return Uint8Array.from((globalThis as any).Buffer.from(b64, "base64"));
+  } else {
+    const bin = globalThis.atob(b64);
+    const arr = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; ++i) {
+      arr[i] = bin.charCodeAt(i);
+    }
+    return arr;
+  }
+}
+
+function base64FromBytes(arr: Uint8Array): string {
+  if ((globalThis as any).Buffer) {
+    return (globalThis as any).Buffer.from(arr).toString("base64");
+  } else {
+    const bin: string[] = [];
+    arr.forEach((byte) => {
+      bin.push(globalThis.String.fromCharCode(byte));
+    });
+    return globalThis.btoa(bin.join(""));
+  }
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

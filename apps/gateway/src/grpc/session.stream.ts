@@ -1,0 +1,224 @@
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from '@cadre/observability';
+import type { SessionEvent, SessionRequest, SessionResponse } from '@cadre/protocol';
+import { SessionEngineError, type SessionEngine } from '@cadre/session';
+import type { LogWatcher } from '@cadre/store';
+import type { Authenticator, Principal } from '../auth.ts';
+import { grpcStatusOf, toApiError } from '../errors.ts';
+import { writable } from '../streams/writable.ts';
+import { sessionError, startInput, toolInputs, toolRequest, toSessionResponse } from './session-frames.ts';
+
+export interface SessionStreamDeps {
+  auth: Authenticator;
+  sessions: SessionEngine;
+  logger: Logger;
+  /** Keepalive period during a turn (roz: 15 s). */
+  keepaliveMs: number;
+  onOpen(): void;
+  onClose(): void;
+}
+
+type Call = grpc.ServerDuplexStream<SessionRequest, SessionResponse>;
+
+/** roz StreamSession: one bidi call is one client's view of one session; the session itself lives in the engine. */
+export function streamSession(deps: SessionStreamDeps): (call: Call) => void {
+  return (call) => new SessionCall(deps, call).open();
+}
+
+/**
+ * Requests are handled one at a time in arrival order (a UserMessage right after StartSession waits for the
+ * session to exist). Responses come from the session's log through the shared fan-out, so any gateway serves any
+ * session and a resumed call sees exactly what it missed.
+ */
+class SessionCall {
+  private readonly deps: SessionStreamDeps;
+  private readonly call: Call;
+  private principal: Principal | undefined;
+  private sessionId: string | undefined;
+  private watcher: LogWatcher<SessionEvent> | null = null;
+  private chain: Promise<void> = Promise.resolve();
+  private keepalive: NodeJS.Timeout | undefined;
+  private done = false;
+
+  constructor(deps: SessionStreamDeps, call: Call) {
+    this.deps = deps;
+    this.call = call;
+  }
+
+  open(): void {
+    this.deps.onOpen();
+    this.call.on('data', (request: SessionRequest) => {
+      this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
+    });
+    // The client half-closed: like roz, the call ends. The session does not: its turn finishes unwatched.
+    this.call.on('end', () => void this.chain.then(() => this.finish()));
+    this.call.on('cancelled', () => this.stop());
+    this.call.on('error', () => this.stop());
+  }
+
+  private async handle(request: SessionRequest): Promise<void> {
+    if (this.done) return;
+    const r = request.request;
+    if (this.sessionId === undefined) {
+      if (r?.$case !== 'start') {
+        return this.fail(new SessionEngineError('invalid_argument', 'the first message of a session must be start (StartSession)'));
+      }
+      this.principal = this.deps.auth.authenticate(metadataValue(this.call.metadata, 'authorization'));
+      const start = r.value;
+      let afterSeq = 0;
+      if (start.sessionId) {
+        afterSeq = start.afterSeq;
+        // Checks access and the cursor before anything is sent.
+        this.watcher = await this.deps.sessions.watch(this.principal, start.sessionId, afterSeq);
+        this.sessionId = start.sessionId;
+      } else {
+        const session = await this.deps.sessions.create(this.principal, startInput(start));
+        this.sessionId = session.session_id;
+        this.watcher = await this.deps.sessions.watch(this.principal, this.sessionId, 0);
+      }
+      void this.pump(afterSeq);
+      this.scheduleKeepalive();
+      return;
+    }
+    const scope = this.principal!;
+    const sid = this.sessionId;
+    try {
+      switch (r?.$case) {
+        case 'start':
+          return this.send(sessionError('already_started', 'the session is already started on this stream'));
+        case 'userMessage': {
+          const m = r.value;
+          const context = m.context.map((block) => {
+            if (block.block?.$case === 'binary') throw new SessionEngineError('invalid_argument', 'binary context blocks are not supported; send text');
+            return block.block?.$case === 'text' ? `${block.label ? `${block.label}:\n` : ''}${block.block.value}` : '';
+          });
+          await this.deps.sessions.sendMessage(scope, sid, {
+            content: [m.content, ...context.filter(Boolean)].join('\n\n'),
+            ...(m.messageId && { message_id: m.messageId }),
+            ...(m.tools.length > 0 && { tools: toolInputs(m.tools) }),
+            ...(m.systemContext && { system_context: m.systemContext }),
+          });
+          return;
+        }
+        case 'toolResult': {
+          const t = r.value;
+          await this.deps.sessions.submitToolResult(scope, sid, {
+            tool_call_id: t.toolCallId, success: t.success, result: t.result, truncated: t.truncated,
+            ...(t.exitCode !== undefined && { exit_code: t.exitCode }),
+            ...(t.durationMs !== undefined && { duration_ms: t.durationMs }),
+          });
+          return;
+        }
+        case 'registerTools':
+          await this.deps.sessions.registerTools(scope, sid, {
+            ...(r.value.source && { source: r.value.source }), tools: toolInputs(r.value.tools), ...(r.value.systemContext && { system_context: r.value.systemContext }),
+          });
+          return;
+        case 'cancelTurn':
+          await this.deps.sessions.cancelTurn(scope, sid, r.value.reason || 'cancelled by the client');
+          return;
+        case 'cancelSession':
+          // The log's session_closed ends the pump, which ends the call.
+          await this.deps.sessions.close(scope, sid, r.value.reason || 'closed by the client');
+          return;
+        case 'ping':
+          return this.send({ response: { $case: 'pong', value: {} }, seq: 0, sessionId: sid });
+        case undefined:
+          return this.send(sessionError('invalid_argument', 'empty SessionRequest'));
+        default: {
+          const never: never = r;
+          return never;
+        }
+      }
+    } catch (err) {
+      // After the start, a refused request is answered in band and the stream stays open (roz's behaviour).
+      this.send(inBand(err, sid, this.deps.logger));
+    }
+  }
+
+  /** Sends the session's log after `afterSeq`, live; ends the call after session_closed. */
+  private async pump(afterSeq: number): Promise<void> {
+    const sid = this.sessionId!;
+    try {
+      // A client resuming after a ToolRequest that still waits may have lost it: send it again first.
+      for (const pending of await this.deps.sessions.pendingToolRequests(this.principal!, sid, afterSeq)) {
+        this.send({ response: { $case: 'toolRequest', value: toolRequest(pending.payload) }, seq: pending.seq, sessionId: sid });
+      }
+      const watcher = this.watcher;
+      if (watcher) {
+        for await (const event of watcher) {
+          if (this.done) break;
+          const frame = toSessionResponse(sid, event);
+          if (frame && !this.call.write(frame)) await writable(this.call, 'cancelled', watcher);
+        }
+      }
+      this.finish();
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  /** Keepalive every period while a turn is in progress (running or waiting for client tools). */
+  private scheduleKeepalive(): void {
+    this.keepalive = setTimeout(() => {
+      void this.deps.sessions
+        .usage(this.sessionId!)
+        .then((u) => {
+          if (u && (u.status === 'running' || u.status === 'waiting_tool')) {
+            this.send({ response: { $case: 'keepalive', value: { tokensUsed: u.tokens_used, tokensMax: u.tokens_max } }, seq: 0, sessionId: this.sessionId! });
+          }
+        })
+        .catch(() => undefined)
+        .finally(() => {
+          if (!this.done) this.scheduleKeepalive();
+        });
+    }, this.deps.keepaliveMs);
+    this.keepalive.unref();
+  }
+
+  private send(frame: SessionResponse): void {
+    if (!this.done && !this.call.cancelled) this.call.write(frame);
+  }
+
+  /** Ends the call with a status: before the start any refusal does (roz: malformed first message). */
+  private fail(err: unknown): void {
+    if (this.done) return;
+    const api = toApiError(err);
+    if (!api) this.deps.logger.error({ err, sessionId: this.sessionId }, 'StreamSession failed');
+    const status = { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' };
+    this.stop();
+    if (!this.call.cancelled) this.call.emit('error', status);
+  }
+
+  private finish(): void {
+    if (this.done) return;
+    this.stop();
+    if (!this.call.cancelled) this.call.end();
+  }
+
+  private stop(): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.keepalive);
+    void this.watcher?.return();
+    this.deps.onClose();
+  }
+}
+
+/** A refused request as roz's in-band SessionError (codes: not_found, turn_in_progress, invalid_argument, ...). */
+function inBand(err: unknown, sessionId: string, logger: Logger): SessionResponse {
+  const frame = (code: string, message: string, retryable: boolean): SessionResponse => ({ response: { $case: 'error', value: { code, message, retryable } }, seq: 0, sessionId });
+  if (err instanceof SessionEngineError) {
+    const code = err.code === 'tool_call_not_found' ? 'not_found' : err.code === 'tool_call_finished' ? 'invalid_argument' : err.code;
+    return frame(code, err.message, false);
+  }
+  const api = toApiError(err);
+  if (api) return frame(api.code, api.message, api.code === 'unavailable');
+  logger.error({ err, sessionId }, 'StreamSession request failed');
+  return frame('internal', 'internal error', true);
+}
+
+function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
+  const value = metadata.get(key)[0];
+  return typeof value === 'string' ? value : undefined;
+}

@@ -1,0 +1,84 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { SessionEngine } from '@cadre/session';
+import type { Principal } from '../../auth.ts';
+import type { HttpAppDeps } from '../app.ts';
+import { resumeCursor } from '../sse.ts';
+import { eventsQuery, streamQuery } from '../schemas/tasks.schema.ts';
+import {
+  createSessionBody, messageBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
+  type CreateSessionBody, type MessageBody, type RegisterToolsBody, type ToolResultBody,
+} from '../schemas/sessions.schema.ts';
+
+export interface SessionRoutesDeps {
+  sessions: SessionEngine;
+}
+
+interface Params {
+  session_id: string;
+}
+
+/**
+ * The HTTP session API (ours): the same engine as roz StreamSession, for web clients and scripts. Auth, error
+ * shape and limits are the tasks API's.
+ */
+export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+  const { sessions } = deps;
+  app.decorateRequest('principal', null as unknown as Principal);
+  app.addHook('onRequest', async (request: FastifyRequest) => {
+    request.principal = deps.auth.authenticate(request.headers.authorization);
+  });
+
+  app.post<{ Body: CreateSessionBody }>('/api/sessions', { schema: { body: createSessionBody } }, async (request, reply) => {
+    return reply.status(201).send({ session: await sessions.create(request.principal, request.body) });
+  });
+
+  app.get<{ Params: Params }>('/api/sessions/:session_id', { schema: { params: sessionParams } }, async (request) => {
+    return { session: await sessions.get(request.principal, request.params.session_id) };
+  });
+
+  app.post<{ Params: Params; Body: MessageBody }>('/api/sessions/:session_id/messages', { schema: { params: sessionParams, body: messageBody } }, async (request, reply) => {
+    const { session_id } = request.params;
+    const { message_id } = await sessions.sendMessage(request.principal, session_id, request.body);
+    return reply.status(202).send({ session_id, message_id });
+  });
+
+  app.post<{ Params: Params; Body: ToolResultBody }>('/api/sessions/:session_id/tool-results', { schema: { params: sessionParams, body: toolResultBody } }, async (request) => {
+    const { session_id } = request.params;
+    return { session_id, ...(await sessions.submitToolResult(request.principal, session_id, request.body)) };
+  });
+
+  app.post<{ Params: Params; Body: RegisterToolsBody }>('/api/sessions/:session_id/tools', { schema: { params: sessionParams, body: registerToolsBody } }, async (request) => {
+    const { session_id } = request.params;
+    return { session_id, ...(await sessions.registerTools(request.principal, session_id, request.body)) };
+  });
+
+  app.post<{ Params: Params; Body: { reason?: string } | null }>('/api/sessions/:session_id/cancel', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
+    const { session_id } = request.params;
+    const cancelled = await sessions.cancelTurn(request.principal, session_id, request.body?.reason ?? 'cancelled by request');
+    return { session_id, cancelled };
+  });
+
+  app.delete<{ Params: Params; Body: { reason?: string } | null }>('/api/sessions/:session_id', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
+    return { session: await sessions.close(request.principal, request.params.session_id, request.body?.reason ?? 'closed by request') };
+  });
+
+  app.get<{ Params: Params; Querystring: { after_seq?: number; limit?: number } }>(
+    '/api/sessions/:session_id/events',
+    { schema: { params: sessionParams, querystring: eventsQuery } },
+    async (request) => {
+      const { session_id } = request.params;
+      const page = await sessions.events(request.principal, session_id, request.query.after_seq ?? 0, request.query.limit ?? 200);
+      return { session_id, ...page };
+    },
+  );
+
+  app.get<{ Params: Params; Querystring: { after_seq?: number } }>(
+    '/api/sessions/:session_id/stream',
+    { schema: { params: sessionParams, querystring: streamQuery } },
+    async (request, reply) => {
+      const afterSeq = resumeCursor(request, request.query.after_seq);
+      const watcher = await sessions.watch(request.principal, request.params.session_id, afterSeq);
+      deps.sse.serve(request, reply, watcher);
+    },
+  );
+};

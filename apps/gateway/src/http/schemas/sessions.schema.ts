@@ -1,0 +1,103 @@
+// JSON schemas of the HTTP session API, one per part. Shapes and sizes here; content rules (tool schemas, the
+// exit_code/success rule) are the session engine's, so every edge refuses the same things.
+import type { HistoryInput, StartInput, ToolInput, ToolResultInput } from '@cadre/session';
+
+const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
+
+const tool = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['name'],
+  properties: {
+    name: text(64),
+    description: text(4096),
+    parameters: { type: 'object' },
+    timeout_ms: { type: 'integer', minimum: 0, maximum: 3_600_000 },
+    category: text(32),
+  },
+} as const;
+const tools = { type: 'array', maxItems: 64, items: tool } as const;
+
+export const createSessionBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id'],
+  properties: {
+    workspace_id: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' },
+    model: { type: 'string', minLength: 1, maxLength: 200 },
+    tools,
+    history: {
+      type: 'array',
+      maxItems: 500,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['role', 'content'],
+        properties: { role: { enum: ['user', 'assistant', 'system'] }, content: text(100_000) },
+      },
+    },
+    project_context: { type: 'array', maxItems: 32, items: text(100_000) },
+    system_context: text(20_000),
+    max_context_tokens: { type: 'integer', minimum: 256, maximum: 10_000_000 },
+  },
+} as const;
+
+export const messageBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['content'],
+  properties: {
+    content: { type: 'string', minLength: 1, maxLength: 100_000 },
+    message_id: { type: 'string', minLength: 1, maxLength: 128 },
+    tools,
+    system_context: text(20_000),
+  },
+} as const;
+
+export const toolResultBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['tool_call_id', 'success', 'result'],
+  properties: {
+    tool_call_id: { type: 'string', minLength: 1, maxLength: 128 },
+    success: { type: 'boolean' },
+    result: text(1_000_000),
+    exit_code: { type: 'integer' },
+    truncated: { type: 'boolean' },
+    duration_ms: { type: 'integer', minimum: 0 },
+  },
+} as const;
+
+export const registerToolsBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['tools'],
+  properties: { source: { type: 'string', maxLength: 64 }, tools, system_context: text(20_000) },
+} as const;
+
+export const reasonBody = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: { reason: { type: 'string', minLength: 1, maxLength: 500 } },
+} as const;
+
+export const sessionParams = {
+  type: 'object',
+  required: ['session_id'],
+  properties: { session_id: { type: 'string', maxLength: 64 } },
+} as const;
+
+// The bodies as the engine takes them (the schemas above admit nothing these types do not describe).
+export type CreateSessionBody = StartInput & { history?: HistoryInput[] };
+export interface MessageBody {
+  content: string;
+  message_id?: string;
+  tools?: ToolInput[];
+  system_context?: string;
+}
+export type ToolResultBody = ToolResultInput;
+export interface RegisterToolsBody {
+  source?: string;
+  tools: ToolInput[];
+  system_context?: string;
+}

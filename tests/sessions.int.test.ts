@@ -1,0 +1,88 @@
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertContiguous, grpcClient, httpClient } from '@cadre/testing';
+import type { AgentServiceClient } from '@cadre/protocol';
+import { TestStack } from './support/stack.ts';
+import { SessionStream, isCase } from './support/session-client.ts';
+
+let stack: TestStack;
+let client: AgentServiceClient;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ gateways: 1, workers: 1 });
+  client = grpcClient(stack.grpcTarget);
+});
+afterAll(async () => {
+  client?.close();
+  await stack?.stop();
+});
+
+const start = (s: SessionStream, extra: object = {}): void =>
+  s.send({ $case: 'start', value: { environmentId: 'demo', tools: [], history: [], projectContext: [], afterSeq: 0, ...extra } });
+
+describe('StreamSession over a real gRPC client', () => {
+  it('starts a session, streams deltas in order and ends the turn with usage', async () => {
+    const s = new SessionStream(client);
+    start(s);
+    const started = await s.waitForCase('sessionStarted');
+    const sessionId = (started.response!.value as { sessionId: string }).sessionId;
+    expect(started.seq).toBe(1);
+    s.send({ $case: 'userMessage', value: { content: 'Tell me a story [[scripted:think=Let me think about stories]] [[scripted:words=40]]', context: [], tools: [], messageId: 'm1' } });
+    const done = await s.waitForCase('turnComplete');
+    const turn = done.response!.value as { messageId: string; stopReason: string; usage: { inputTokens: number; outputTokens: number } };
+    expect(turn.messageId).toBe('m1');
+    expect(turn.stopReason).toBe('end_turn');
+    expect(turn.usage.outputTokens).toBeGreaterThan(0);
+    const text = s.of('textDelta');
+    const thinking = s.of('thinkingDelta');
+    expect(text.every((d) => d.messageId === 'm1')).toBe(true);
+    expect(thinking.map((d) => d.content).join('')).toBe('Let me think about stories');
+    expect(text.map((d) => d.content).join('')).toMatch(/^Scripted answer to "Tell me a story.*w36 scripted model keeps/s);
+    // Thinking comes before the answer; seqs of log frames rise strictly.
+    expect(thinking.at(-1)!.seq).toBeLessThan(text[0]!.seq);
+    const seqs = s.frames.map((f) => f.seq).filter((n) => n > 0);
+    expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
+    expect(new Set(seqs).size).toBe(seqs.length);
+    // Coalesced: far fewer text frames than the model's chunks (3 words each).
+    expect(text.length).toBeLessThan(20);
+
+    // HTTP polling serves the same log, seq 1.. with no gaps.
+    const page = await httpClient(stack.url).get<{ events: { seq: number; event_type: string }[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
+    assertContiguous(page.body.events.map((e) => e.seq));
+    expect(page.body.events.filter((e) => e.seq <= done.seq).map((e) => e.seq)).toEqual(expect.arrayContaining(seqs));
+
+    s.send({ $case: 'ping', value: {} });
+    await s.waitForCase('pong');
+    s.send({ $case: 'cancelSession', value: { reason: 'done' } });
+    expect((await s.status).code).toBe(grpc.status.OK);
+    const closed = await httpClient(stack.url).get<{ session: { status: string } }>(`/api/sessions/${sessionId}`);
+    expect(closed.body.session.status).toBe('closed');
+  });
+
+  it('runs a builtin tool on the worker and a client tool round trip', async () => {
+    const s = new SessionStream(client);
+    start(s, { tools: [{ name: 'read_clipboard', description: 'Reads the clipboard', parametersSchema: { type: 'object', properties: {} }, timeoutMs: 0, category: 0 }] });
+    await s.waitForCase('sessionStarted');
+    s.send({
+      $case: 'userMessage',
+      value: { content: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:call=read_clipboard({"format":"text"})]]', context: [], tools: [] },
+    });
+    const request = await s.waitForCase('toolRequest');
+    const req = request.response!.value as { toolCallId: string; toolName: string; parameters: object };
+    expect(req.toolName).toBe('read_clipboard');
+    expect(req.parameters).toEqual({ format: 'text' });
+    // The builtin ran first, on the worker: its progress came as activity.
+    expect(s.of('activityUpdate').some((a) => a.state === 'calling_tool' && a.detail === 'calculate')).toBe(true);
+    s.send({ $case: 'toolResult', value: { toolCallId: req.toolCallId, success: true, result: 'clipboard: hello', truncated: false } });
+    const done = await s.waitForCase('turnComplete');
+    const answer = s.of('textDelta').map((d) => d.content).join('');
+    expect(answer).toContain('using 2 tool result(s): 42; clipboard: hello');
+    expect((done.response!.value as { stopReason: string }).stopReason).toBe('end_turn');
+    // A second result for the finished call is refused in band, and the stream stays open.
+    s.send({ $case: 'toolResult', value: { toolCallId: req.toolCallId, success: true, result: 'again', truncated: false } });
+    const err = await s.waitFor(isCase('error'), 5000, s.frames.indexOf(done));
+    expect(err.response!.value).toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('already has its result') });
+    s.end();
+    expect((await s.status).code).toBe(grpc.status.OK);
+  });
+});
