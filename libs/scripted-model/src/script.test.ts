@@ -10,7 +10,7 @@ describe('parseDirectives', () => {
     const directives = parseDirectives([
       { role: 'system', content: '[[scripted:fail=503*2]] [[scripted:delay=5]]' },
       { role: 'developer', content: [{ type: 'text', text: '[[scripted:chunk_delay=7]]' }] },
-      user('[[scripted:spawn=a, b]] [[scripted:call=t1({"x":[1]})]] [[scripted:call=t2()]] [[scripted:hang]]'),
+      user('[[scripted:spawn=a, b]] [[scripted:call=t1({"x":[1]})]] [[scripted:call=t2()]] [[scripted:hang]] [[scripted:think=Hmm, let me see]] [[scripted:words=12]]'),
       { role: 'assistant', content: '[[scripted:fail=500]]' },
       { role: 'tool', content: '[[scripted:fail=500]]' },
     ]);
@@ -24,7 +24,16 @@ describe('parseDirectives', () => {
         { name: 't1', arguments: '{"x":[1]}' },
         { name: 't2', arguments: '{}' },
       ],
+      think: 'Hmm, let me see',
+      words: 12,
     });
+  });
+
+  it('streams thinking before the answer and makes long answers', () => {
+    const reply = planReply([user('Story [[scripted:think=Plot first]] [[scripted:words=25]]')], [], parseDirectives([user('[[scripted:think=Plot first]] [[scripted:words=25]]')]));
+    expect(reply.thinking).toBe('Plot first');
+    expect(reply.content!.split(' ').length).toBeGreaterThan(25);
+    expect(reply.content).toContain('w24');
   });
 
   it('lets a later fail directive override an earlier one', () => {
@@ -34,7 +43,7 @@ describe('parseDirectives', () => {
     });
   });
 
-  it.each(['fial=500', 'fail=200', 'fail=500*0', 'delay=soon', 'spawn=a,,b', 'call=bad name({})', 'call=t({x})', 'call=t([1])'])(
+  it.each(['fial=500', 'fail=200', 'fail=500*0', 'delay=soon', 'spawn=a,,b', 'call=bad name({})', 'call=t({x})', 'call=t([1])', 'think=', 'words=many'])(
     'rejects %s',
     (text) => {
       expect(() => parseDirectives([user(`[[scripted:${text}]]`)])).toThrow(DirectiveError);
