@@ -18,9 +18,11 @@ import { describe, expect, it } from 'vitest';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
 const ROZ_PROTO_DIR = 'tests/fixtures/roz-oss/proto';
+/** roz's first published schema: the StreamSession responses the reference documents (see its README). */
+const ROZ_FIRST_PROTO_DIR = 'tests/fixtures/roz-oss-first/proto';
 
-function rozDescriptors(): FileDescriptorSet {
-  const bytes = execFileSync(`${REPO}node_modules/.bin/buf`, ['build', ROZ_PROTO_DIR, '--as-file-descriptor-set', '-o', '-'], { cwd: REPO });
+function rozDescriptors(dir = ROZ_PROTO_DIR): FileDescriptorSet {
+  const bytes = execFileSync(`${REPO}node_modules/.bin/buf`, ['build', dir, '--as-file-descriptor-set', '-o', '-'], { cwd: REPO });
   return fromBinary(FileDescriptorSetSchema, bytes);
 }
 /** What the gateway serves through reflection (npm run proto:check keeps it equal to proto/). */
@@ -79,13 +81,43 @@ describe("Cadre's roz.v1 against roz-oss's proto/roz/v1/agent.proto", () => {
   const ours = ourDescriptors();
   const rozMessages = messagesOf(roz);
   const ourMessages = messagesOf(ours);
-  const shared = [...rozMessages.keys()].filter((name) => ourMessages.has(name)).sort();
+  // roz later replaced SessionResponse's typed responses (SessionStarted = 1 ... ActivityUpdate = 11, the ones the
+  // reference documents) with an event envelope; Cadre serves the documented ones, checked against roz's first
+  // schema below.
+  const redesigned = new Set(['.roz.v1.SessionResponse']);
+  const shared = [...rozMessages.keys()].filter((name) => ourMessages.has(name) && !redesigned.has(name)).sort();
 
-  it('shares the WatchTeam messages (so the comparison below is not vacuous)', () => {
+  it('shares the WatchTeam and StreamSession request messages (so the comparison below is not vacuous)', () => {
     expect(shared).toEqual(
       [
+        'BinaryContent',
+        'CameraRequest',
+        'CancelSession',
+        'CancelTurn',
+        'ContentBlock',
+        'ContentPart',
+        'ContextCompacted',
+        'ConversationMessage',
+        'IceCandidate',
+        'ImageContent',
+        'Keepalive',
+        'MessageFeedback',
+        'PermissionDecision',
+        'Ping',
+        'Pong',
+        'RegisterTools',
+        'SessionRequest',
+        'StartSession',
         'TeamEvent',
+        'TextContent',
+        'ThinkingContent',
+        'ToolResult',
+        'ToolResultContent',
+        'ToolSchema',
+        'ToolUseContent',
+        'UserMessage',
         'WatchTeamRequest',
+        'WebRtcAnswer',
         'WorkerApprovalRequested',
         'WorkerApprovalResolved',
         'WorkerCompleted',
@@ -133,5 +165,42 @@ describe("Cadre's roz.v1 against roz-oss's proto/roz/v1/agent.proto", () => {
     const shape = (m: typeof rozMethod) => ({ input: m.inputType, output: m.outputType, clientStreaming: m.clientStreaming, serverStreaming: m.serverStreaming });
     expect(shape(ourMethod)).toEqual(shape(rozMethod));
     expect(shape(ourMethod)).toEqual({ input: '.roz.v1.WatchTeamRequest', output: '.roz.v1.TeamEvent', clientStreaming: false, serverStreaming: true });
+  });
+});
+
+describe("Cadre's StreamSession against roz-oss's first published schema (the reference's messages)", () => {
+  const first = messagesOf(rozDescriptors(ROZ_FIRST_PROTO_DIR));
+  const ours = messagesOf(ourDescriptors());
+  // TokenUsage: the name is TeamEvent's here, so roz's session TokenUsage is SessionTokenUsage (same fields and
+  // numbers, checked below). PermissionDecision: roz renamed field 1 tool_call_id → approval_id; Cadre has the
+  // current name (same number and wire type).
+  const sessionMessages = [
+    'SessionRequest', 'StartSession', 'UserMessage', 'ToolResult', 'CancelTurn', 'CancelSession', 'Ping', 'RegisterTools', 'ToolSchema',
+    'ConversationMessage', 'ContentPart', 'ContentBlock', 'BinaryContent', 'MessageFeedback',
+    'SessionResponse', 'SessionStarted', 'PermissionRule', 'TextDelta', 'ThinkingDelta', 'ToolRequest', 'TurnComplete', 'SessionError',
+    'Keepalive', 'Pong', 'ContextCompacted', 'PresenceHint', 'ActivityUpdate',
+  ].map((m) => `.roz.v1.${m}`);
+
+  it.each(sessionMessages)('%s: every field of roz\'s first schema is ours with the same number, name and wire type', (name) => {
+    const rozMessage = first.get(name)!;
+    const ourMessage = ours.get(name);
+    expect(ourMessage, `${name} is missing`).toBeDefined();
+    for (const rozField of rozMessage.field) {
+      const ourField = ourMessage!.field.find((f) => f.number === rozField.number);
+      expect(ourField, `${name} field ${rozField.number} (${rozField.name}) is missing`).toBeDefined();
+      expect(ourField!.name, `${name} field ${rozField.number}`).toBe(rozField.name);
+      expect(wireShape(ourField!).wire, `${name}.${rozField.name} = ${rozField.number}`).toEqual(wireShape(rozField).wire);
+    }
+  });
+
+  it("TurnComplete.usage is roz's TokenUsage on the wire", () => {
+    const rozUsage = first.get('.roz.v1.TokenUsage')!.field.map((f) => [f.number, f.name, f.type]);
+    expect(ours.get('.roz.v1.SessionTokenUsage')!.field.map((f) => [f.number, f.name, f.type])).toEqual(rozUsage);
+  });
+
+  it('serves StreamSession as a bidi stream of SessionRequest → SessionResponse', () => {
+    const method = servicesOf(ourDescriptors()).get('AgentService')!.method.find((m) => m.name === 'StreamSession')!;
+    expect({ input: method.inputType, output: method.outputType, c: method.clientStreaming, s: method.serverStreaming })
+      .toEqual({ input: '.roz.v1.SessionRequest', output: '.roz.v1.SessionResponse', c: true, s: true });
   });
 });

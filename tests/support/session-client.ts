@@ -1,5 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import type { AgentServiceClient, SessionRequest, SessionResponse } from '@cadre/protocol';
+import { SessionRequest, type AgentServiceClient, type DeepPartial, type SessionResponse } from '@cadre/protocol';
 import { TEST_API_KEY } from '@cadre/testing';
 
 type Frame = SessionResponse;
@@ -31,8 +31,9 @@ export class SessionStream {
     });
   }
 
-  send(request: SessionRequest['request']): void {
-    this.call.write({ request });
+  /** Sends a request; fields left out take their proto defaults (as any protobuf client sends them). */
+  send(request: DeepPartial<SessionRequest>['request']): void {
+    this.call.write(SessionRequest.fromPartial({ request }));
   }
 
   end(): void {

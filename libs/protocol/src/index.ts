@@ -43,3 +43,4 @@ export {
   ConversationMessage,
   RegisterTools,
 } from './gen/roz/v1/agent.ts';
+export type { DeepPartial } from './gen/roz/v1/agent.ts';

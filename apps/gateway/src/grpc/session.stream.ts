@@ -121,6 +121,15 @@ class SessionCall {
           // The log's session_closed ends the pump, which ends the call.
           await this.deps.sessions.close(scope, sid, r.value.reason || 'closed by the client');
           return;
+        case 'feedback':
+          // roz stores ratings; Cadre accepts them without an answer, so roz IDEs keep working.
+          return;
+        case 'permissionDecision':
+          return this.send(sessionError('not_found', `no approval ${r.value.approvalId.slice(0, 64)} is pending in this session`));
+        case 'webrtcAnswer':
+        case 'iceCandidate':
+        case 'cameraRequest':
+          return this.send(sessionError('unimplemented', 'Cadre serves no cameras or WebRTC media'));
         case 'ping':
           return this.send({ response: { $case: 'pong', value: {} }, seq: 0, sessionId: sid });
         case undefined:

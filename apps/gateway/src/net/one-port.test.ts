@@ -170,6 +170,7 @@ describe('listenOnePort', () => {
       'grpc.health.v1.Health/Check',
       'grpc.health.v1.Health/List',
       'grpc.health.v1.Health/Watch',
+      'roz.v1.AgentService/StreamSession',
       'roz.v1.AgentService/WatchTeam',
     ]);
     const health = JSON.parse(await curl('-d', '{"service":"roz.v1.AgentService"}', `http://${target}/grpc.health.v1.Health/Check`));

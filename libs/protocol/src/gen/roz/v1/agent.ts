@@ -34,6 +34,58 @@ export const protobufFileName = "roz/v1/agent.proto";
  * and wire type: tests/roz-wire.test.ts compares this file with roz-oss's proto/roz/v1/agent.proto.
  */
 
+/** roz's agent placement (Cadre runs every agent on its worker pool and ignores it). */
+export const AgentPlacement = {
+  /** AGENT_PLACEMENT_AUTO - Let the server choose. */
+  AGENT_PLACEMENT_AUTO: 0,
+  /** AGENT_PLACEMENT_CLOUD - In the cloud. */
+  AGENT_PLACEMENT_CLOUD: 1,
+  /** AGENT_PLACEMENT_EDGE - On the edge host. */
+  AGENT_PLACEMENT_EDGE: 2,
+  UNRECOGNIZED: -1,
+} as const;
+
+export type AgentPlacement = typeof AgentPlacement[keyof typeof AgentPlacement];
+
+export namespace AgentPlacement {
+  export type AGENT_PLACEMENT_AUTO = typeof AgentPlacement.AGENT_PLACEMENT_AUTO;
+  export type AGENT_PLACEMENT_CLOUD = typeof AgentPlacement.AGENT_PLACEMENT_CLOUD;
+  export type AGENT_PLACEMENT_EDGE = typeof AgentPlacement.AGENT_PLACEMENT_EDGE;
+  export type UNRECOGNIZED = typeof AgentPlacement.UNRECOGNIZED;
+}
+
+export function agentPlacementFromJSON(object: any): AgentPlacement {
+  switch (object) {
+    case 0:
+    case "AGENT_PLACEMENT_AUTO":
+      return AgentPlacement.AGENT_PLACEMENT_AUTO;
+    case 1:
+    case "AGENT_PLACEMENT_CLOUD":
+      return AgentPlacement.AGENT_PLACEMENT_CLOUD;
+    case 2:
+    case "AGENT_PLACEMENT_EDGE":
+      return AgentPlacement.AGENT_PLACEMENT_EDGE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return AgentPlacement.UNRECOGNIZED;
+  }
+}
+
+export function agentPlacementToJSON(object: AgentPlacement): string {
+  switch (object) {
+    case AgentPlacement.AGENT_PLACEMENT_AUTO:
+      return "AGENT_PLACEMENT_AUTO";
+    case AgentPlacement.AGENT_PLACEMENT_CLOUD:
+      return "AGENT_PLACEMENT_CLOUD";
+    case AgentPlacement.AGENT_PLACEMENT_EDGE:
+      return "AGENT_PLACEMENT_EDGE";
+    case AgentPlacement.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** A hint for UIs about what a tool touches. */
 export const ToolCategoryHint = {
   /** TOOL_CATEGORY_UNSPECIFIED - Not said. */
@@ -299,9 +351,84 @@ export interface SessionRequest {
     /** Answered with Pong. */
     { $case: "ping"; value: Ping }
     | //
+    /** A rating of an answer (accepted; Cadre does not store it). */
+    { $case: "feedback"; value: MessageFeedback }
+    | //
+    /**
+     * A decision on a pending tool approval (approvals are served by their own issue; until then answered in
+     * band with not_found).
+     */
+    { $case: "permissionDecision"; value: PermissionDecision }
+    | //
     /** Adds, replaces or removes one source's client tools. */
     { $case: "registerTools"; value: RegisterTools }
+    | //
+    /** roz's robotics media (14-16): Cadre has no cameras and answers them in band with unimplemented. */
+    { $case: "webrtcAnswer"; value: WebRtcAnswer }
+    | //
+    /** roz's trickle ICE candidate. */
+    { $case: "iceCandidate"; value: IceCandidate }
+    | //
+    /** roz's camera selection. */
+    { $case: "cameraRequest"; value: CameraRequest }
     | undefined;
+}
+
+/** roz's WebRTC answer (robotics media; not served by Cadre). */
+export interface WebRtcAnswer {
+  /** The edge host. */
+  hostId: string;
+  /** The SDP answer. */
+  sdp: string;
+  /** ICE candidates. */
+  iceCandidates: string[];
+  /** The peer. */
+  peerId: string;
+}
+
+/** roz's trickle ICE candidate (not served by Cadre). */
+export interface IceCandidate {
+  /** The edge host. */
+  hostId: string;
+  /** The peer. */
+  peerId: string;
+  /** The candidate. */
+  candidate: string;
+  /** Its media id. */
+  sdpMid: string;
+  /** Its media line. */
+  sdpMLineIndex: number;
+}
+
+/** roz's camera selection (not served by Cadre). */
+export interface CameraRequest {
+  /** The edge host. */
+  hostId: string;
+  /** The cameras wanted. */
+  cameraIds: string[];
+}
+
+/** A rating of an answer. */
+export interface MessageFeedback {
+  /** The session. */
+  sessionId: string;
+  /** The rated turn's message_id. */
+  messageId: string;
+  /** up or down. */
+  rating: string;
+}
+
+/**
+ * A decision on a pending tool approval (roz's current shape: approval_id, where roz first had tool_call_id
+ * at the same number).
+ */
+export interface PermissionDecision {
+  /** The approval decided. */
+  approvalId: string;
+  /** Whether the tool may run. */
+  approved: boolean;
+  /** Amended arguments for the tool. */
+  modifier?: { [key: string]: any } | undefined;
 }
 
 /** Opens a session. */
@@ -326,6 +453,14 @@ export interface StartSession {
   maxContextTokens?:
     | number
     | undefined;
+  /** roz's placement, cameras and video (8-10): ignored by Cadre. */
+  agentPlacement?:
+    | AgentPlacement
+    | undefined;
+  /** roz's cameras to stream (ignored). */
+  cameraIds: string[];
+  /** roz's video flag (ignored). */
+  enableVideo: boolean;
   /** Cadre: resume this session instead of opening one. The other fields are then ignored. */
   sessionId?:
     | string
@@ -2420,8 +2555,23 @@ export const SessionRequest: MessageFns<SessionRequest> = {
       case "ping":
         Ping.encode(message.request.value, writer.uint32(50).fork()).join();
         break;
+      case "feedback":
+        MessageFeedback.encode(message.request.value, writer.uint32(58).fork()).join();
+        break;
+      case "permissionDecision":
+        PermissionDecision.encode(message.request.value, writer.uint32(66).fork()).join();
+        break;
       case "registerTools":
         RegisterTools.encode(message.request.value, writer.uint32(74).fork()).join();
+        break;
+      case "webrtcAnswer":
+        WebRtcAnswer.encode(message.request.value, writer.uint32(114).fork()).join();
+        break;
+      case "iceCandidate":
+        IceCandidate.encode(message.request.value, writer.uint32(122).fork()).join();
+        break;
+      case "cameraRequest":
+        CameraRequest.encode(message.request.value, writer.uint32(130).fork()).join();
         break;
     }
     return writer;
@@ -2488,12 +2638,55 @@ export const SessionRequest: MessageFns<SessionRequest> = {
             message.request = { $case: "ping", value: Ping.decode(reader, reader.uint32()) };
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.request = { $case: "feedback", value: MessageFeedback.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.request = {
+              $case: "permissionDecision",
+              value: PermissionDecision.decode(reader, reader.uint32()),
+            };
+            continue;
+          }
           case 9: {
             if (tag !== 74) {
               break;
             }
 
             message.request = { $case: "registerTools", value: RegisterTools.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.request = { $case: "webrtcAnswer", value: WebRtcAnswer.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.request = { $case: "iceCandidate", value: IceCandidate.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.request = { $case: "cameraRequest", value: CameraRequest.decode(reader, reader.uint32()) };
             continue;
           }
         }
@@ -2530,10 +2723,28 @@ export const SessionRequest: MessageFns<SessionRequest> = {
         ? { $case: "cancelSession", value: CancelSession.fromJSON(object.cancel_session) }
         : isSet(object.ping)
         ? { $case: "ping", value: Ping.fromJSON(object.ping) }
+        : isSet(object.feedback)
+        ? { $case: "feedback", value: MessageFeedback.fromJSON(object.feedback) }
+        : isSet(object.permissionDecision)
+        ? { $case: "permissionDecision", value: PermissionDecision.fromJSON(object.permissionDecision) }
+        : isSet(object.permission_decision)
+        ? { $case: "permissionDecision", value: PermissionDecision.fromJSON(object.permission_decision) }
         : isSet(object.registerTools)
         ? { $case: "registerTools", value: RegisterTools.fromJSON(object.registerTools) }
         : isSet(object.register_tools)
         ? { $case: "registerTools", value: RegisterTools.fromJSON(object.register_tools) }
+        : isSet(object.webrtcAnswer)
+        ? { $case: "webrtcAnswer", value: WebRtcAnswer.fromJSON(object.webrtcAnswer) }
+        : isSet(object.webrtc_answer)
+        ? { $case: "webrtcAnswer", value: WebRtcAnswer.fromJSON(object.webrtc_answer) }
+        : isSet(object.iceCandidate)
+        ? { $case: "iceCandidate", value: IceCandidate.fromJSON(object.iceCandidate) }
+        : isSet(object.ice_candidate)
+        ? { $case: "iceCandidate", value: IceCandidate.fromJSON(object.ice_candidate) }
+        : isSet(object.cameraRequest)
+        ? { $case: "cameraRequest", value: CameraRequest.fromJSON(object.cameraRequest) }
+        : isSet(object.camera_request)
+        ? { $case: "cameraRequest", value: CameraRequest.fromJSON(object.camera_request) }
         : undefined,
     };
   },
@@ -2552,8 +2763,18 @@ export const SessionRequest: MessageFns<SessionRequest> = {
       obj.cancelSession = CancelSession.toJSON(message.request.value);
     } else if (message.request?.$case === "ping") {
       obj.ping = Ping.toJSON(message.request.value);
+    } else if (message.request?.$case === "feedback") {
+      obj.feedback = MessageFeedback.toJSON(message.request.value);
+    } else if (message.request?.$case === "permissionDecision") {
+      obj.permissionDecision = PermissionDecision.toJSON(message.request.value);
     } else if (message.request?.$case === "registerTools") {
       obj.registerTools = RegisterTools.toJSON(message.request.value);
+    } else if (message.request?.$case === "webrtcAnswer") {
+      obj.webrtcAnswer = WebRtcAnswer.toJSON(message.request.value);
+    } else if (message.request?.$case === "iceCandidate") {
+      obj.iceCandidate = IceCandidate.toJSON(message.request.value);
+    } else if (message.request?.$case === "cameraRequest") {
+      obj.cameraRequest = CameraRequest.toJSON(message.request.value);
     }
     return obj;
   },
@@ -2600,13 +2821,631 @@ export const SessionRequest: MessageFns<SessionRequest> = {
         }
         break;
       }
+      case "feedback": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "feedback", value: MessageFeedback.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "permissionDecision": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = {
+            $case: "permissionDecision",
+            value: PermissionDecision.fromPartial(object.request.value),
+          };
+        }
+        break;
+      }
       case "registerTools": {
         if (object.request?.value !== undefined && object.request?.value !== null) {
           message.request = { $case: "registerTools", value: RegisterTools.fromPartial(object.request.value) };
         }
         break;
       }
+      case "webrtcAnswer": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "webrtcAnswer", value: WebRtcAnswer.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "iceCandidate": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "iceCandidate", value: IceCandidate.fromPartial(object.request.value) };
+        }
+        break;
+      }
+      case "cameraRequest": {
+        if (object.request?.value !== undefined && object.request?.value !== null) {
+          message.request = { $case: "cameraRequest", value: CameraRequest.fromPartial(object.request.value) };
+        }
+        break;
+      }
     }
+    return message;
+  },
+};
+
+function createBaseWebRtcAnswer(): WebRtcAnswer {
+  return { hostId: "", sdp: "", iceCandidates: [], peerId: "" };
+}
+
+export const WebRtcAnswer: MessageFns<WebRtcAnswer> = {
+  encode(message: WebRtcAnswer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    if (message.sdp !== "") {
+      writer.uint32(18).string(message.sdp);
+    }
+    for (const v of message.iceCandidates) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.peerId !== "") {
+      writer.uint32(34).string(message.peerId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WebRtcAnswer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWebRtcAnswer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sdp = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.iceCandidates.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.peerId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WebRtcAnswer {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      sdp: isSet(object.sdp) ? globalThis.String(object.sdp) : "",
+      iceCandidates: globalThis.Array.isArray(object?.iceCandidates)
+        ? object.iceCandidates.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.ice_candidates)
+        ? object.ice_candidates.map((e: any) => globalThis.String(e))
+        : [],
+      peerId: isSet(object.peerId)
+        ? globalThis.String(object.peerId)
+        : isSet(object.peer_id)
+        ? globalThis.String(object.peer_id)
+        : "",
+    };
+  },
+
+  toJSON(message: WebRtcAnswer): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.sdp !== "") {
+      obj.sdp = message.sdp;
+    }
+    if (message.iceCandidates?.length) {
+      obj.iceCandidates = message.iceCandidates;
+    }
+    if (message.peerId !== "") {
+      obj.peerId = message.peerId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WebRtcAnswer>, I>>(base?: I): WebRtcAnswer {
+    return WebRtcAnswer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WebRtcAnswer>, I>>(object: I): WebRtcAnswer {
+    const message = createBaseWebRtcAnswer();
+    message.hostId = object.hostId ?? "";
+    message.sdp = object.sdp ?? "";
+    message.iceCandidates = object.iceCandidates?.map((e) => e) || [];
+    message.peerId = object.peerId ?? "";
+    return message;
+  },
+};
+
+function createBaseIceCandidate(): IceCandidate {
+  return { hostId: "", peerId: "", candidate: "", sdpMid: "", sdpMLineIndex: 0 };
+}
+
+export const IceCandidate: MessageFns<IceCandidate> = {
+  encode(message: IceCandidate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    if (message.peerId !== "") {
+      writer.uint32(18).string(message.peerId);
+    }
+    if (message.candidate !== "") {
+      writer.uint32(26).string(message.candidate);
+    }
+    if (message.sdpMid !== "") {
+      writer.uint32(34).string(message.sdpMid);
+    }
+    if (message.sdpMLineIndex !== 0) {
+      writer.uint32(40).uint32(message.sdpMLineIndex);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): IceCandidate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseIceCandidate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.peerId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.candidate = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sdpMid = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.sdpMLineIndex = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): IceCandidate {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      peerId: isSet(object.peerId)
+        ? globalThis.String(object.peerId)
+        : isSet(object.peer_id)
+        ? globalThis.String(object.peer_id)
+        : "",
+      candidate: isSet(object.candidate) ? globalThis.String(object.candidate) : "",
+      sdpMid: isSet(object.sdpMid)
+        ? globalThis.String(object.sdpMid)
+        : isSet(object.sdp_mid)
+        ? globalThis.String(object.sdp_mid)
+        : "",
+      sdpMLineIndex: isSet(object.sdpMLineIndex)
+        ? globalThis.Number(object.sdpMLineIndex)
+        : isSet(object.sdp_m_line_index)
+        ? globalThis.Number(object.sdp_m_line_index)
+        : 0,
+    };
+  },
+
+  toJSON(message: IceCandidate): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.peerId !== "") {
+      obj.peerId = message.peerId;
+    }
+    if (message.candidate !== "") {
+      obj.candidate = message.candidate;
+    }
+    if (message.sdpMid !== "") {
+      obj.sdpMid = message.sdpMid;
+    }
+    if (message.sdpMLineIndex !== 0) {
+      obj.sdpMLineIndex = Math.round(message.sdpMLineIndex);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<IceCandidate>, I>>(base?: I): IceCandidate {
+    return IceCandidate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<IceCandidate>, I>>(object: I): IceCandidate {
+    const message = createBaseIceCandidate();
+    message.hostId = object.hostId ?? "";
+    message.peerId = object.peerId ?? "";
+    message.candidate = object.candidate ?? "";
+    message.sdpMid = object.sdpMid ?? "";
+    message.sdpMLineIndex = object.sdpMLineIndex ?? 0;
+    return message;
+  },
+};
+
+function createBaseCameraRequest(): CameraRequest {
+  return { hostId: "", cameraIds: [] };
+}
+
+export const CameraRequest: MessageFns<CameraRequest> = {
+  encode(message: CameraRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    for (const v of message.cameraIds) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CameraRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCameraRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.cameraIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CameraRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      cameraIds: globalThis.Array.isArray(object?.cameraIds)
+        ? object.cameraIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.camera_ids)
+        ? object.camera_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: CameraRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.cameraIds?.length) {
+      obj.cameraIds = message.cameraIds;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CameraRequest>, I>>(base?: I): CameraRequest {
+    return CameraRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CameraRequest>, I>>(object: I): CameraRequest {
+    const message = createBaseCameraRequest();
+    message.hostId = object.hostId ?? "";
+    message.cameraIds = object.cameraIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseMessageFeedback(): MessageFeedback {
+  return { sessionId: "", messageId: "", rating: "" };
+}
+
+export const MessageFeedback: MessageFns<MessageFeedback> = {
+  encode(message: MessageFeedback, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.messageId !== "") {
+      writer.uint32(18).string(message.messageId);
+    }
+    if (message.rating !== "") {
+      writer.uint32(26).string(message.rating);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MessageFeedback {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMessageFeedback();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.rating = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): MessageFeedback {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "",
+      rating: isSet(object.rating) ? globalThis.String(object.rating) : "",
+    };
+  },
+
+  toJSON(message: MessageFeedback): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.messageId !== "") {
+      obj.messageId = message.messageId;
+    }
+    if (message.rating !== "") {
+      obj.rating = message.rating;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<MessageFeedback>, I>>(base?: I): MessageFeedback {
+    return MessageFeedback.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<MessageFeedback>, I>>(object: I): MessageFeedback {
+    const message = createBaseMessageFeedback();
+    message.sessionId = object.sessionId ?? "";
+    message.messageId = object.messageId ?? "";
+    message.rating = object.rating ?? "";
+    return message;
+  },
+};
+
+function createBasePermissionDecision(): PermissionDecision {
+  return { approvalId: "", approved: false, modifier: undefined };
+}
+
+export const PermissionDecision: MessageFns<PermissionDecision> = {
+  encode(message: PermissionDecision, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.approvalId !== "") {
+      writer.uint32(10).string(message.approvalId);
+    }
+    if (message.approved !== false) {
+      writer.uint32(16).bool(message.approved);
+    }
+    if (message.modifier !== undefined) {
+      Struct.encode(Struct.wrap(message.modifier), writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PermissionDecision {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePermissionDecision();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.approvalId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.approved = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.modifier = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PermissionDecision {
+    return {
+      approvalId: isSet(object.approvalId)
+        ? globalThis.String(object.approvalId)
+        : isSet(object.approval_id)
+        ? globalThis.String(object.approval_id)
+        : "",
+      approved: isSet(object.approved) ? globalThis.Boolean(object.approved) : false,
+      modifier: isObject(object.modifier) ? object.modifier : undefined,
+    };
+  },
+
+  toJSON(message: PermissionDecision): unknown {
+    const obj: any = {};
+    if (message.approvalId !== "") {
+      obj.approvalId = message.approvalId;
+    }
+    if (message.approved !== false) {
+      obj.approved = message.approved;
+    }
+    if (message.modifier !== undefined) {
+      obj.modifier = message.modifier;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PermissionDecision>, I>>(base?: I): PermissionDecision {
+    return PermissionDecision.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PermissionDecision>, I>>(object: I): PermissionDecision {
+    const message = createBasePermissionDecision();
+    message.approvalId = object.approvalId ?? "";
+    message.approved = object.approved ?? false;
+    message.modifier = object.modifier ?? undefined;
     return message;
   },
 };
@@ -2620,6 +3459,9 @@ function createBaseStartSession(): StartSession {
     history: [],
     projectContext: [],
     maxContextTokens: undefined,
+    agentPlacement: undefined,
+    cameraIds: [],
+    enableVideo: false,
     sessionId: undefined,
     afterSeq: 0,
   };
@@ -2647,6 +3489,15 @@ export const StartSession: MessageFns<StartSession> = {
     }
     if (message.maxContextTokens !== undefined) {
       writer.uint32(56).uint32(message.maxContextTokens);
+    }
+    if (message.agentPlacement !== undefined) {
+      writer.uint32(64).int32(message.agentPlacement);
+    }
+    for (const v of message.cameraIds) {
+      writer.uint32(74).string(v!);
+    }
+    if (message.enableVideo !== false) {
+      writer.uint32(80).bool(message.enableVideo);
     }
     if (message.sessionId !== undefined) {
       writer.uint32(258).string(message.sessionId);
@@ -2726,6 +3577,30 @@ export const StartSession: MessageFns<StartSession> = {
             message.maxContextTokens = reader.uint32();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.agentPlacement = reader.int32() as any;
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.cameraIds.push(reader.string());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.enableVideo = reader.bool();
+            continue;
+          }
           case 32: {
             if (tag !== 258) {
               break;
@@ -2781,6 +3656,21 @@ export const StartSession: MessageFns<StartSession> = {
         : isSet(object.max_context_tokens)
         ? globalThis.Number(object.max_context_tokens)
         : undefined,
+      agentPlacement: isSet(object.agentPlacement)
+        ? agentPlacementFromJSON(object.agentPlacement)
+        : isSet(object.agent_placement)
+        ? agentPlacementFromJSON(object.agent_placement)
+        : undefined,
+      cameraIds: globalThis.Array.isArray(object?.cameraIds)
+        ? object.cameraIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.camera_ids)
+        ? object.camera_ids.map((e: any) => globalThis.String(e))
+        : [],
+      enableVideo: isSet(object.enableVideo)
+        ? globalThis.Boolean(object.enableVideo)
+        : isSet(object.enable_video)
+        ? globalThis.Boolean(object.enable_video)
+        : false,
       sessionId: isSet(object.sessionId)
         ? globalThis.String(object.sessionId)
         : isSet(object.session_id)
@@ -2817,6 +3707,15 @@ export const StartSession: MessageFns<StartSession> = {
     if (message.maxContextTokens !== undefined) {
       obj.maxContextTokens = Math.round(message.maxContextTokens);
     }
+    if (message.agentPlacement !== undefined) {
+      obj.agentPlacement = agentPlacementToJSON(message.agentPlacement);
+    }
+    if (message.cameraIds?.length) {
+      obj.cameraIds = message.cameraIds;
+    }
+    if (message.enableVideo !== false) {
+      obj.enableVideo = message.enableVideo;
+    }
     if (message.sessionId !== undefined) {
       obj.sessionId = message.sessionId;
     }
@@ -2838,6 +3737,9 @@ export const StartSession: MessageFns<StartSession> = {
     message.history = object.history?.map((e) => ConversationMessage.fromPartial(e)) || [];
     message.projectContext = object.projectContext?.map((e) => e) || [];
     message.maxContextTokens = object.maxContextTokens ?? undefined;
+    message.agentPlacement = object.agentPlacement ?? undefined;
+    message.cameraIds = object.cameraIds?.map((e) => e) || [];
+    message.enableVideo = object.enableVideo ?? false;
     message.sessionId = object.sessionId ?? undefined;
     message.afterSeq = object.afterSeq ?? 0;
     return message;
