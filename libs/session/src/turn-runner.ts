@@ -141,7 +141,7 @@ export class TurnRunner {
     const usage = addUsage(state.turn_usage, turn.usage);
     const calls = turn.toolCalls;
     if (calls.length === 0) {
-      const stopReason = turn.finishReason === 'stop' || turn.finishReason === '' ? 'end_turn' : turn.finishReason === 'length' ? 'max_tokens' : turn.finishReason;
+      const stopReason = !turn.finishReason || turn.finishReason === 'stop' ? 'end_turn' : turn.finishReason === 'length' ? 'max_tokens' : turn.finishReason;
       await this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
       return true;
     }
@@ -174,7 +174,7 @@ export class TurnRunner {
     const { store } = this.deps;
     await store.commitTurn(state.session_id, lease, { events: [{ event_type: 'activity', payload: { state: 'calling_tool', detail: calls.map((c) => c.function.name).join(', ') } }] });
     const byName = new Map<string, AgentTool>(Object.entries(builtinTools));
-    const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, { signal }))), signal);
+    const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, { signal }, undefined))), signal);
     await store.commitTurn(state.session_id, lease, {
       messages: calls.map((call, i) => ({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' })),
       events: calls.map((call, i) => ({
