@@ -84,6 +84,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     sse,
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
+    adminQueues: queue.adminQueues(),
     isReady: async () => !draining && (await redis.ping()) === 'PONG',
   });
   await http.ready();

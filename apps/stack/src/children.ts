@@ -13,6 +13,8 @@ export interface ChildSpec {
   nameWidth?: number;
   stdout?: Writable;
   stderr?: Writable;
+  /** Rewrites each output line before it is copied (pretty logs on a terminal). */
+  formatLine?: (line: string) => string;
 }
 
 export interface ChildExit {
@@ -40,8 +42,8 @@ export class ServiceProcess {
       detached: true,
     });
     const copied = [
-      copyLines(this.child.stdout!, spec.stdout ?? process.stdout, prefix),
-      copyLines(this.child.stderr!, spec.stderr ?? process.stderr, prefix),
+      copyLines(this.child.stdout!, spec.stdout ?? process.stdout, prefix, spec.formatLine),
+      copyLines(this.child.stderr!, spec.stderr ?? process.stderr, prefix, spec.formatLine),
     ];
     this.exited = new Promise((resolve) => {
       const finish = (exit: ChildExit): void => {
@@ -82,10 +84,10 @@ export class ServiceProcess {
   }
 }
 
-function copyLines(from: Readable, to: Writable, prefix: string): Promise<void> {
+function copyLines(from: Readable, to: Writable, prefix: string, format: (line: string) => string = (l) => l): Promise<void> {
   const lines = createInterface({ input: from, crlfDelay: Infinity });
   lines.on('line', (line) => {
-    if (!to.writableEnded && !to.destroyed) to.write(`${prefix}${line}\n`);
+    if (!to.writableEnded && !to.destroyed) to.write(`${prefix}${format(line)}\n`);
   });
   return new Promise((resolve) => lines.once('close', resolve));
 }

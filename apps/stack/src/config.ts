@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { int, readConfig, str, url, type Env } from '@cadre/config';
+import { int, oneOf, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The repository root: children run with it as cwd, and the default data dir lives in it. */
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -26,6 +26,10 @@ export function stackConfig(env: Env) {
     vmAgents: int('VM_AGENTS', 1, { min: 0, max: 16 }),
     workerConcurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
     logLevel: str('LOG_LEVEL', 'info'),
+    /** auto: pretty, coloured logs when stdout is a terminal, JSON lines otherwise; json or pretty force one. */
+    logFormat: oneOf('LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto'),
+    /** no-color.org: any non-empty value turns colour off. */
+    noColour: str('NO_COLOR'),
     dataDir: str('CADRE_DATA_DIR', resolve(REPO_ROOT, '.cadre')),
     readyTimeoutMs: int('CADRE_READY_TIMEOUT_MS', 20_000, { min: 1_000 }),
     stopGraceMs: int('CADRE_STOP_GRACE_MS', 25_000, { min: 0 }),

@@ -6,6 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError } from '@cadre/config';
+import { createLogPrettifier } from '@cadre/observability';
 import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
 import { renderBanner } from './banner.ts';
@@ -39,11 +40,15 @@ class Stack {
   private firstSignalAt = 0;
   private forced = false;
   private readonly nameWidth: number;
+  private readonly formatLine: ((line: string) => string) | undefined;
   private readonly config: StackConfig;
 
   constructor(config: StackConfig) {
     this.config = config;
     this.nameWidth = Math.max('gateway'.length, `worker-${config.workers}`.length);
+    // The children always log JSON lines; people at a terminal get them pretty and coloured (LOG_FORMAT=json keeps JSON).
+    const pretty = config.logFormat === 'pretty' || (config.logFormat === 'auto' && process.stdout.isTTY === true);
+    this.formatLine = pretty ? createLogPrettifier({ colour: process.stdout.isTTY === true && !config.noColour }) : undefined;
   }
 
   get isStopping(): boolean {
@@ -65,7 +70,7 @@ class Stack {
   }
 
   spawn(name: string, entry: string, env: Record<string, string | undefined>): ServiceProcess {
-    const child = new ServiceProcess({ name, entry, env, cwd: REPO_ROOT, nameWidth: this.nameWidth });
+    const child = new ServiceProcess({ name, entry, env, cwd: REPO_ROOT, nameWidth: this.nameWidth, formatLine: this.formatLine });
     this.children.push(child);
     this.say(`started ${name} (pid ${child.pid})`);
     void child.exited.then(({ code, signal }) => {

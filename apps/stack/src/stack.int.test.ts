@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -52,6 +52,11 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
     expect(redisPid).toBeGreaterThan(0);
     expect(childPids).toHaveLength(3);
     expect(statSync(join(dataDir, 'dev-api-key')).mode & 0o777).toBe(0o600);
+    // The banner's first line points at the board; the CLI finds the gateway from what the stack wrote.
+    expect(/Cadre is up\.\s+(\S.*)/.exec(output)?.[1]).toMatch(new RegExp(`^Board\\s+http://localhost:${port}/ `));
+    expect(readFileSync(join(dataDir, 'gateway-url'), 'utf8').trim()).toBe(`http://127.0.0.1:${port}`);
+    // Not a terminal: the children's logs stay JSON lines.
+    expect(output).toMatch(/^[\w-]+\s+\| \{"level":\d+,/m);
 
     const base = `http://127.0.0.1:${port}`;
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };

@@ -21,3 +21,4 @@ export {
   type Context,
 } from './tracing.ts';
 export { droppedLogLines, LOG_BUFFER_BYTES } from './log-destination.ts';
+export { createLogPrettifier } from './pretty.ts';

@@ -65,6 +65,11 @@ export class TeamQueue {
     });
   }
 
+  /** The BullMQ queues behind this team queue, for an admin UI (bull-board) to inspect. */
+  adminQueues(): Queue[] {
+    return [this.queue];
+  }
+
   async depth(): Promise<Record<string, number>> {
     return this.queue.getJobCounts('waiting', 'active', 'delayed', 'waiting-children', 'prioritized');
   }

@@ -11,6 +11,8 @@ import { taskRoutes } from './routes/tasks.routes.ts';
 import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
 import { boardPlugin } from './plugins/board.plugin.ts';
 import { sessionRoutes, type SessionRoutesDeps } from './routes/sessions.routes.ts';
+import { queueAdminPlugin } from './plugins/queue-admin.plugin.ts';
+import type { Queue } from 'bullmq';
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 
@@ -22,6 +24,8 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   metrics: Registry;
   isReady: () => Promise<boolean>;
   bodyLimitBytes: number;
+  /** BullMQ queues shown by bull-board at /admin/queues. */
+  adminQueues: Queue[];
 }
 
 // Bodies are validated strictly (no coercion, unknown fields rejected); querystrings and params arrive as text,
@@ -88,5 +92,6 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(runRoutes, { ...deps, logLevel: 'warn' });
   app.register(boardPlugin, { logLevel: 'warn' });
   app.register(sessionRoutes, { ...deps, logLevel: 'warn' });
+  app.register(queueAdminPlugin, { ...deps, logLevel: 'warn' });
   return app;
 }
