@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import { Counter, Gauge } from 'prom-client';
+import { Counter, Gauge, Histogram } from 'prom-client';
 import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { EventFanout, KeyBuilder, RunStore, SessionStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
@@ -34,7 +34,19 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry });
-  const fanout = new EventFanout({ keys, subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }), watcherBufferLimit: config.watcherBufferLimit, logger });
+  const metrics = createMetricsRegistry('gateway');
+  // Append (the event's timestamp, Redis's clock) → handed to a watcher's stream, for events delivered live.
+  const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to a live watcher (gRPC or SSE)', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
+  const fanout = new EventFanout({
+    keys,
+    subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }),
+    watcherBufferLimit: config.watcherBufferLimit,
+    logger,
+    onLiveDelivery: (event) => {
+      const appended = event.timestamp ? Date.parse(event.timestamp) : NaN;
+      if (Number.isFinite(appended)) fanoutLag.observe(Math.max(0, Date.now() - appended) / 1000);
+    },
+  });
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
@@ -57,7 +69,6 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, controlKey: config.runsControlApiKey });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
-  const metrics = createMetricsRegistry('gateway');
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
   const sessionStreams = new Gauge({ name: 'cadre_session_streams', help: 'Open StreamSession calls', registers: [metrics] });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
@@ -69,9 +80,19 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     async collect() { for (const [status, n] of Object.entries(await store.statusCounts())) this.set({ status }, n); },
   });
   new Gauge({
-    name: 'cadre_queue_jobs', help: 'Agent jobs by BullMQ state', labelNames: ['state'], registers: [metrics],
-    async collect() { for (const [state, n] of Object.entries(await queue.depth())) this.set({ state }, n); },
+    name: 'cadre_queue_jobs', help: 'Jobs by queue and BullMQ state (waiting, active, delayed, waiting-children, prioritized)', labelNames: ['queue', 'state'], registers: [metrics],
+    async collect() { for (const [state, n] of Object.entries(await queue.depth())) this.set({ queue: AGENT_QUEUE, state }, n); },
   });
+  new Gauge({
+    name: 'cadre_runs', help: 'Unfinished runs by status (cluster-wide: awaiting_worker, queued, running, paused)', labelNames: ['status'], registers: [metrics],
+    async collect() {
+      const counts = await runStore.activeStatusCounts();
+      for (const status of ['awaiting_worker', 'queued', 'running', 'paused']) this.set({ status }, counts[status] ?? 0);
+    },
+  });
+  new Counter({ name: 'cadre_run_heartbeats_total', help: 'VM worker heartbeats handled by this gateway', registers: [metrics], collect() { this.reset(); this.inc(runStore.heartbeats); } });
+  new Counter({ name: 'cadre_run_lease_expiries_total', help: 'Run leases expired (worker stopped heartbeating) by this gateway\'s heartbeats and sweeps', registers: [metrics], collect() { this.reset(); this.inc(runStore.leaseExpiries); } });
+  new Counter({ name: 'cadre_run_requeues_total', help: 'Runs put back in their queue after a lease expiry by this gateway', registers: [metrics], collect() { this.reset(); this.inc(runStore.requeues); } });
 
   let draining = false;
   const http = buildHttpApp({

@@ -22,6 +22,9 @@ export function vmAgentConfig(env: Env) {
     shellTimeoutMs: int('VM_AGENT_SHELL_TIMEOUT_MS', 10_000, { min: 100, max: 3_600_000 }),
     logLevel: str('LOG_LEVEL', 'info'),
     shutdownGraceMs: int('VM_AGENT_SHUTDOWN_GRACE_MS', 5_000, { min: 0 }),
+    /** `/metrics` of this agent on a port of its own (0 = not served), on loopback unless told otherwise. */
+    metricsPort: int('VM_AGENT_METRICS_PORT', 0, { min: 0, max: 65535 }),
+    metricsHost: str('VM_AGENT_METRICS_HOST', '127.0.0.1'),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
   });

@@ -64,14 +64,18 @@ export interface GatewayClientOptions {
   runsKey: string;
   /** Per request, until the whole answer arrived. */
   requestTimeoutMs?: number;
+  /** Each call's operation (`heartbeat`, `dispatch`, `relay`), outcome and duration, for metrics. */
+  onCall?(call: { operation: string; outcome: 'ok' | GatewayErrorCode; seconds: number }): void;
 }
 
 export class GatewayClient {
   private readonly baseUrl: string;
   private readonly runsKey: string;
   private readonly timeoutMs: number;
+  private readonly onCall: GatewayClientOptions['onCall'];
 
   constructor(opts: GatewayClientOptions) {
+    this.onCall = opts.onCall;
     this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
     this.runsKey = opts.runsKey;
     this.timeoutMs = opts.requestTimeoutMs ?? 10_000;
@@ -92,7 +96,17 @@ export class GatewayClient {
 
   /** Each call is a CLIENT span (`heartbeat`, `dispatch`, `relay`) whose context travels as `traceparent`. */
   private post<T>(operation: string, path: string, body: unknown, signal?: AbortSignal, runId?: string): Promise<T> {
-    return inSpan(operation, { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', ...(runId && { run_id: runId }) } }, () => this.send<T>(path, body, signal));
+    return inSpan(operation, { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', ...(runId && { run_id: runId }) } }, async () => {
+      const t0 = performance.now();
+      try {
+        const out = await this.send<T>(path, body, signal);
+        this.onCall?.({ operation, outcome: 'ok', seconds: (performance.now() - t0) / 1000 });
+        return out;
+      } catch (err) {
+        this.onCall?.({ operation, outcome: err instanceof GatewayError ? err.code : 'unavailable', seconds: (performance.now() - t0) / 1000 });
+        throw err;
+      }
+    });
   }
 
   private async send<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {

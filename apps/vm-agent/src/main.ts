@@ -3,11 +3,12 @@ import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { createModelClient } from '@cadre/agent';
 import { onShutdown } from '@cadre/lifecycle';
-import { createLogger } from '@cadre/observability';
+import { createLogger, serveMetrics } from '@cadre/observability';
 import { vmAgentConfig } from './config.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { HeartbeatLoop } from './heartbeat.ts';
 import { RunExecutor } from './run-executor.ts';
+import { vmAgentMetrics } from './metrics.ts';
 
 // Composition root: config → logger → gateway client → executor + heartbeat loop → drain on a signal.
 const config = vmAgentConfig(process.env);
@@ -23,7 +24,8 @@ if (missing.length > 0) {
 }
 await mkdir(config.workdir, { recursive: true });
 
-const client = new GatewayClient({ baseUrl: config.gatewayUrl, runsKey: config.runsApiKey! });
+const metrics = vmAgentMetrics({ busy: () => executor.busy });
+const client = new GatewayClient({ baseUrl: config.gatewayUrl, runsKey: config.runsApiKey!, onCall: metrics.onCall });
 const model = createModelClient({ baseURL: config.openaiBaseUrl!, apiKey: config.openaiApiKey!, maxRetries: config.modelRetries });
 let draining = false;
 // Declared before the executor needs it: the executor acks through the loop.
@@ -43,11 +45,12 @@ const heartbeat: HeartbeatLoop = new HeartbeatLoop({
   metadata: () => ({ agent: 'cadre-vm-agent', pid: process.pid, run_id: executor.currentRunId }),
   onResponse: (res) => executor.handle(res),
 });
-const executor = new RunExecutor({ client, model, logger, config, ack: (id) => heartbeat.ack(id) });
+const executor = new RunExecutor({ client, model, logger, config, ack: (id) => heartbeat.ack(id), observer: metrics.observer, onRunEnded: metrics.onRunEnded });
+const metricsServer = config.metricsPort > 0 ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics.registry }) : undefined;
 
 heartbeat.start();
 process.stdout.write(`vm-agent ${config.workerId} serving workspace ${config.workspaceId} via ${config.gatewayUrl}\n`);
-logger.info({ workdir: config.workdir, model: config.model }, 'vm-agent started');
+logger.info({ workdir: config.workdir, model: config.model, metricsPort: config.metricsPort || undefined }, 'vm-agent started');
 
 // Shutdown: take nothing new and let the current run finish within the grace period, still heartbeating so its
 // lease holds. A run that does not finish in time is handed back, not failed: we abort it locally and stop
@@ -62,6 +65,7 @@ onShutdown({
     executor.stopAccepting();
     if (!(await executor.whenIdle(config.shutdownGraceMs))) await executor.abandon();
     await heartbeat.stop();
+    metricsServer?.close();
     logger.info('vm-agent stopped');
     await tracing.shutdown();
   },

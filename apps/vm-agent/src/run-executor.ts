@@ -3,7 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type OpenAI from 'openai';
-import { runAgent, type AgentOutcome, type AgentTool } from '@cadre/agent';
+import { runAgent, type AgentObserver, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import { inSpan, type Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
 import type { VmAgentConfig } from './config.ts';
@@ -20,6 +20,10 @@ export interface RunExecutorDeps {
   config: Pick<VmAgentConfig, 'workerId' | 'userId' | 'workdir' | 'model' | 'maxTurns' | 'runTimeoutMs' | 'shellTimeoutMs'>;
   /** Acknowledge an applied command on the next heartbeat. */
   ack(commandId: string): void;
+  /** Metrics of the agent loop. */
+  observer?: AgentObserver;
+  /** A run left this agent: `completed`/`failed` (its final event relayed) or `left` (stopped, fenced, handed back). */
+  onRunEnded?(outcome: 'completed' | 'failed' | 'left'): void;
 }
 
 const INSTRUCTIONS =
@@ -207,6 +211,7 @@ class ActiveRun {
     if (this.ending) {
       this.relay.discard();
       this.log.info({ ending: this.ending }, 'run left without a final event');
+      this.deps.onRunEnded?.('left');
       return;
     }
     if (outcome.ok) {
@@ -217,6 +222,7 @@ class ActiveRun {
     }
     const delivered = await this.relay.drain();
     this.log.info({ ok: outcome.ok, delivered, ...(!outcome.ok && { reason: outcome.reason }) }, 'run finished');
+    this.deps.onRunEnded?.(outcome.ok ? 'completed' : 'failed');
   }
 
   private async runAgent(): Promise<Outcome> {
@@ -239,6 +245,7 @@ class ActiveRun {
         },
         input: this.assigned.query,
         signal: this.controller.signal,
+        ...(this.deps.observer && { observer: this.deps.observer }),
         hooks: {
           onTurn: (turn) => this.onTurn(turn),
           onToolCall: async (call) => {

@@ -24,6 +24,7 @@ export function workerConfig(env: Env) {
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
+    /** `/metrics` of this worker on a port of its own; 0 = not served. */
     metricsPort: int('WORKER_METRICS_PORT', 0, { min: 0, max: 65535 }),
     /** How long streamed deltas may wait before they are written to the session log (coalescing window). */
     sessionFlushMs: int('CADRE_SESSION_FLUSH_MS', 50, { min: 1, max: 5_000 }),
@@ -31,6 +32,7 @@ export function workerConfig(env: Env) {
     sessionToolTimeoutMs: int('CADRE_SESSION_TOOL_TIMEOUT_MS', 120_000, { min: 100, max: 3_600_000 }),
     /** An open session's keys live this long after its last turn began. */
     sessionIdleTtlSec: int('CADRE_SESSION_IDLE_TTL_SEC', 7 * 24 * 3600, { min: 60 }),
+    metricsHost: str('WORKER_METRICS_HOST', '0.0.0.0'),
   });
 }
 

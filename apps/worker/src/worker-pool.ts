@@ -1,8 +1,7 @@
-import http from 'node:http';
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
-import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
+import { agentMetrics, bullmqTelemetry, createMetricsRegistry, serveMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
@@ -36,6 +35,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
   const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
   new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
+  const taskSeconds = new Histogram({ name: 'cadre_task_duration_seconds', help: 'Task duration from creation to its end as the lead records it, by status', labelNames: ['status'], registers: [metrics], buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600] });
+  const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   const processor = new AgentJobProcessor({
@@ -49,6 +50,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     workerTimeoutMs: config.workerTimeoutMs,
     logger,
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
+    onTaskFinished: (status, seconds) => taskSeconds.observe({ status }, seconds),
+    observer: agentMetrics(metrics),
   });
 
   const sessions = new SessionJobProcessor({
@@ -104,7 +107,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   void worker.run();
   await worker.waitUntilReady();
 
-  const metricsServer = config.metricsPort > 0 ? await serveMetrics(config.metricsPort, metrics) : undefined;
+  const metricsServer = config.metricsPort > 0 ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics }) : undefined;
   logger.info({ concurrency: config.concurrency, hostId: config.hostId, metricsPort: config.metricsPort || undefined }, 'worker pool ready');
 
   return {
@@ -113,7 +116,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
       const deadline = setTimeout(() => {
-        processor.abortAll('shutdown');
+        handedBack.inc(processor.abortAll('shutdown'));
         sessions.abortAll('shutdown');
       }, graceMs);
       await worker.close();
@@ -124,13 +127,4 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       await Promise.all([subscriber.quit().catch(() => undefined), redis.quit().catch(() => undefined)]);
     },
   };
-}
-
-async function serveMetrics(port: number, registry: ReturnType<typeof createMetricsRegistry>): Promise<http.Server> {
-  const server = http.createServer((req, res) => {
-    if (req.url !== '/metrics') return void res.writeHead(404).end();
-    void registry.metrics().then((body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body));
-  });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  return server;
 }

@@ -1,4 +1,5 @@
-import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
+import http from 'node:http';
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { droppedLogLines } from './log-destination.ts';
 
 export type MetricsRegistry = Registry;
@@ -20,4 +21,76 @@ export function createMetricsRegistry(app: string): Registry {
     },
   });
   return registry;
+}
+
+/**
+ * `/metrics` on a port of its own, for processes that serve nothing else (worker, vm-agent). Port 0 picks a free
+ * one (tests); the bound port is on `address()`.
+ */
+export async function serveMetrics(opts: { port: number; host: string; registry: Registry }): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') return void res.writeHead(404).end();
+    opts.registry.metrics().then(
+      (body) => res.writeHead(200, { 'content-type': opts.registry.contentType }).end(body),
+      () => res.writeHead(500).end(),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => resolve());
+  });
+  return server;
+}
+
+/**
+ * Keeps a label's values bounded when they come from users (model names in a team spec): the first `max`
+ * distinct values are kept, later new ones are reported as `other`.
+ */
+export class BoundedLabel {
+  private readonly seen = new Set<string>();
+  private readonly max: number;
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  value(raw: string): string {
+    if (this.seen.has(raw)) return raw;
+    if (this.seen.size >= this.max) return 'other';
+    this.seen.add(raw);
+    return raw;
+  }
+}
+
+/** Latency buckets (seconds) for model calls and turns: streaming answers take from ~100 ms to minutes. */
+const MODEL_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+/**
+ * The agent loop's metrics (worker and vm-agent): model calls, tokens and latency per model, turn durations, tool
+ * calls. The returned object is the loop's observer (`runAgent({ observer })`).
+ */
+export function agentMetrics(registry: Registry) {
+  const models = new BoundedLabel(32);
+  const calls = new Counter({ name: 'cadre_model_requests_total', help: 'Model calls (one streaming chat completion each, retries inside the client included), by model and outcome', labelNames: ['model', 'outcome'], registers: [registry] });
+  const latency = new Histogram({ name: 'cadre_model_request_duration_seconds', help: 'Model call duration (first byte to last chunk), by model', labelNames: ['model'], buckets: MODEL_BUCKETS, registers: [registry] });
+  const tokens = new Counter({ name: 'cadre_model_tokens_total', help: 'Tokens used by model calls, by model and type (input, output)', labelNames: ['model', 'type'], registers: [registry] });
+  const turns = new Histogram({ name: 'cadre_agent_turn_duration_seconds', help: 'Agent turn duration: one model call and the tool calls it asked for', buckets: MODEL_BUCKETS, registers: [registry] });
+  const tools = new Counter({ name: 'cadre_tool_calls_total', help: 'Tool calls by tool and outcome (ok, error, aborted)', labelNames: ['tool', 'outcome'], registers: [registry] });
+  const toolSeconds = new Histogram({ name: 'cadre_tool_call_duration_seconds', help: 'Tool call duration by tool', labelNames: ['tool'], buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 30, 120], registers: [registry] });
+  return {
+    modelCall(call: { model: string; outcome: string; seconds: number; inputTokens: number; outputTokens: number }): void {
+      const model = models.value(call.model);
+      calls.inc({ model, outcome: call.outcome });
+      latency.observe({ model }, call.seconds);
+      if (call.inputTokens > 0) tokens.inc({ model, type: 'input' }, call.inputTokens);
+      if (call.outputTokens > 0) tokens.inc({ model, type: 'output' }, call.outputTokens);
+    },
+    turn(turn: { seconds: number }): void {
+      turns.observe(turn.seconds);
+    },
+    toolCall(call: { tool: string; outcome: string; seconds: number }): void {
+      tools.inc({ tool: call.tool, outcome: call.outcome });
+      toolSeconds.observe({ tool: call.tool }, call.seconds);
+    },
+  };
 }

@@ -4,6 +4,8 @@ import type { KeyBuilder } from './keys.ts';
 /** Any event with a seq: team events of a task, run events of a run. */
 export interface LoggedEvent {
   seq: number;
+  /** When the append script wrote it (ISO, Redis's clock). */
+  timestamp?: string;
 }
 
 /** One event log as the fan-out sees it (a task's or a run's); built by the store that owns it. */
@@ -38,6 +40,8 @@ export interface FanoutOptions {
   /** A tail re-reads this often even without a notification, in case one was lost (e.g. on reconnect). */
   safetyPollMs?: number;
   pageSize?: number;
+  /** Called as a live event (pushed by a tail, not read while catching up) is handed to a watcher's reader. */
+  onLiveDelivery?: (event: LoggedEvent) => void;
   /**
    * Told when a tail's read fails (Redis down, failing over), once per outage of that tail, and when it reads
    * again; a pino logger fits. Watchers are unaffected: they catch up from the log themselves.
@@ -72,6 +76,7 @@ export class EventFanout {
   readonly pageSize: number;
   /** @internal */
   readonly logger: FanoutLogger | undefined;
+  private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
@@ -85,6 +90,7 @@ export class EventFanout {
     this.safetyPollMs = opts.safetyPollMs ?? 2000;
     this.pageSize = opts.pageSize ?? 500;
     this.logger = opts.logger;
+    this.onLiveDelivery = opts.onLiveDelivery;
   }
 
   async start(): Promise<void> {
@@ -135,7 +141,7 @@ export class EventFanout {
       throw err;
     }
     const owner = tail;
-    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher));
+    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLiveDelivery);
     tail.watchers.add(watcher);
     return watcher;
   }
@@ -273,7 +279,10 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   /** The highest seq the tail has pushed: the log holds at least this much. */
   private knownHead = 0;
 
-  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void) {
+  private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
+
+  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLiveDelivery?: (event: LoggedEvent) => void) {
+    this.onLiveDelivery = onLiveDelivery;
     this.log = log;
     this.lastSeq = afterSeq;
     this.knownHead = head;
@@ -372,8 +381,10 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     while (this.page.length > 0 && this.page[0]!.seq < want) this.page.shift();
     if (this.page[0]?.seq === want) return this.page.shift();
     while (this.live.length > 0 && this.live[0]!.seq < want) this.live.shift();
-    if (this.live[0]?.seq === want) return this.live.shift();
-    return undefined;
+    if (this.live[0]?.seq !== want) return undefined;
+    const event = this.live.shift()!;
+    this.onLiveDelivery?.(event);
+    return event;
   }
 
   private waitForPush(): Promise<void> {

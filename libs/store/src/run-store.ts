@@ -59,6 +59,11 @@ export class RunStore {
   readonly maxAttempts: number;
   /** run id → workspace; immutable, so cached (bounded). */
   private readonly workspaceCache = new Map<string, string>();
+  /** Leases this process's heartbeats and sweeps expired, and the runs they put back in the queue (metrics). */
+  leaseExpiries = 0;
+  requeues = 0;
+  /** Heartbeats this process handled (metrics). */
+  heartbeats = 0;
 
   constructor(opts: RunStoreOptions) {
     this.redis = opts.redis;
@@ -201,7 +206,10 @@ export class RunStore {
       this.keys.appendedChannel(),
       this.retentionSec,
     );
-    const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown };
+    const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown; lost?: number; requeued?: number };
+    this.heartbeats++;
+    this.leaseExpiries += out.lost ?? 0;
+    this.requeues += out.requeued ?? 0;
     return {
       worker: toVmWorker(out.worker),
       assigned_run: out.assigned_run ? toAssignedRun(out.assigned_run) : null,
@@ -265,7 +273,25 @@ export class RunStore {
     const counts = await Promise.all(
       workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
     );
-    return counts.reduce((a, b) => a + b, 0);
+    let lost = 0;
+    for (const [expired, requeued] of counts) {
+      lost += expired;
+      this.requeues += requeued;
+    }
+    this.leaseExpiries += lost;
+    return lost;
+  }
+
+  /** Unfinished runs by status over every workspace, for metrics (cheap: each workspace caps its active runs). */
+  async activeStatusCounts(): Promise<Record<string, number>> {
+    const workspaces = await this.redis.smembers(this.keys.workspaces());
+    const perWorkspace = await Promise.all(workspaces.map(async (ws) => {
+      const ids = await this.redis.smembers(this.keys.workspaceRuns(ws).active);
+      return Promise.all(ids.map((id) => this.redis.hget(this.keys.run(ws, id).meta, 'status')));
+    }));
+    const counts: Record<string, number> = {};
+    for (const status of perWorkspace.flat()) if (status) counts[status] = (counts[status] ?? 0) + 1;
+    return counts;
   }
 
   private async requireWorkspace(runId: string): Promise<string> {

@@ -57,7 +57,8 @@ export interface StoreScripts {
   relayRunEvents(...args: ScriptArg[]): Promise<number>;
   controlRun(...args: ScriptArg[]): Promise<number>;
   stopAllRuns(...args: ScriptArg[]): Promise<string[]>;
-  expireRunLeases(...args: ScriptArg[]): Promise<number>;
+  /** [leases expired, runs requeued] */
+  expireRunLeases(...args: ScriptArg[]): Promise<[number, number]>;
   createSession(...args: ScriptArg[]): Promise<number>;
   startTurn(...args: ScriptArg[]): Promise<number>;
   claimTurn(...args: ScriptArg[]): Promise<[number, number]>;

@@ -1,6 +1,6 @@
 import { UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
 import type OpenAI from 'openai';
-import { resolveTools, runAgent, type AgentHooks, type AgentOutcome, type AgentTool } from '@cadre/agent';
+import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
@@ -30,6 +30,10 @@ export interface AgentJobDeps {
   workerTimeoutMs: number;
   logger: Logger;
   onFinished?(outcome: 'completed' | 'failed', durationMs: number): void;
+  /** The lead recorded the task's end; `seconds` since the lead's job was enqueued (the task's creation). */
+  onTaskFinished?(status: 'completed' | 'failed', seconds: number): void;
+  /** Metrics of the agent loops. */
+  observer?: AgentObserver;
 }
 
 export interface AgentJobResult {
@@ -63,8 +67,10 @@ export class AgentJobProcessor {
     this.running.get(jobId)?.abort(cause);
   }
 
-  abortAll(cause: AbortCause): void {
+  /** Aborts every running loop; returns how many there were. */
+  abortAll(cause: AbortCause): number {
     for (const ac of this.running.values()) ac.abort(cause);
+    return this.running.size;
   }
 
   readonly process = async (job: Job<AgentJobData>, token?: string): Promise<AgentJobResult> => {
@@ -192,6 +198,7 @@ export class AgentJobProcessor {
       input,
       signal,
       hooks,
+      ...(this.deps.observer && { observer: this.deps.observer }),
     });
   }
 
@@ -205,11 +212,13 @@ export class AgentJobProcessor {
     if (outcome.ok) {
       await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'completed', result: outcome.result, usage: outcome.usage },
         isLead ? { status: 'completed', result: outcome.result, usage: team.usage } : undefined, task.workspace_id);
+      if (isLead) this.deps.onTaskFinished?.('completed', (Date.now() - job.timestamp) / 1000);
       return { workerId: worker.worker_id, status: 'completed', result: outcome.result };
     }
     if (outcome.reason === 'cancelled') throw new AbortedError();
     await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'failed', reason: outcome.reason, message: outcome.message },
       isLead ? { status: 'failed', reason: outcome.reason === 'team_failed' ? outcome.message : `lead failed: ${outcome.reason}: ${outcome.message}` } : undefined, task.workspace_id);
+    if (isLead) this.deps.onTaskFinished?.('failed', (Date.now() - job.timestamp) / 1000);
     this.deps.logger.warn({ taskId: task.task_id, workerId: worker.worker_id, jobId: job.id, reason: outcome.reason, message: outcome.message }, 'agent failed');
     throw new UnrecoverableError(`${outcome.reason}: ${outcome.message}`);
   }

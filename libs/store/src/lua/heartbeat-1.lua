@@ -14,7 +14,8 @@
   ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
   ARGV[6] max events   ARGV[7] appended channel   ARGV[8] retention seconds
   The run a worker holds shows it (`worker {...}`, `last_heartbeat_at`) as of this heartbeat.
-  Returns JSON { worker, assigned_run (or absent), control_commands, lost }.
+  Returns JSON { worker, assigned_run (or absent), control_commands, lost, requeued } (lost/requeued: leases expired
+  and runs put back in the queue by this call, for metrics).
 ]]
 --@include run-log
 
@@ -38,7 +39,7 @@ if previous and previous.run_id then
     redis.call('ZADD', expiryKey, 0, previous.run_id)
   end
 end
-local lost = expireLeases(now, maxAttempts, maxLen, channel, retention)
+local lost, requeued = expireLeases(now, maxAttempts, maxLen, channel, retention)
 
 local w = loadWorker(incoming.worker_id) or {}
 for k, v in pairs(incoming) do w[k] = v end
@@ -96,6 +97,6 @@ else
   end
 end
 
-local out = { worker = w, commands = commands, lost = lost }
+local out = { worker = w, commands = commands, lost = lost, requeued = requeued }
 if assigned then out.assigned_run = assigned end
 return cjson.encode(out)

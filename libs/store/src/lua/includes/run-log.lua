@@ -85,13 +85,16 @@ end
 
 -- Runs whose bound worker stopped heartbeating lose their lease: back to the front of the queue as
 -- awaiting_worker (run-worker-lost, run-requeued), or failed after `maxAttempts` losses.
+-- Returns the number of leases that expired and how many of those runs went back to the queue (for metrics).
 local function expireLeases(now, maxAttempts, maxLen, channel, retentionSec)
   local expired = redis.call('ZRANGEBYSCORE', expiryKey, '-inf', now)
+  local lost, requeued = 0, 0
   for _, runId in ipairs(expired) do
     redis.call('ZREM', expiryKey, runId)
     local run = loadRun(runId)
     if run and not RUN_TERMINAL[run.status] and run.worker_id ~= '' then
       local attempts = tonumber(run.attempts or '0') + 1
+      lost = lost + 1
       appendRunEvent(runId, maxLen, channel, 'run-worker-lost', 'backend',
         cjson.encode({ worker_id = run.worker_id, lease_id = run.lease_id, attempts = attempts }))
       local w = loadWorker(run.worker_id)
@@ -111,9 +114,10 @@ local function expireLeases(now, maxAttempts, maxLen, channel, retentionSec)
       else
         redis.call('HSET', runMeta(runId), 'status', 'awaiting_worker')
         redis.call('LPUSH', queueKey, runId)
+        requeued = requeued + 1
         appendRunEvent(runId, maxLen, channel, 'run-requeued', 'backend', cjson.encode({ attempts = attempts }))
       end
     end
   end
-  return #expired
+  return lost, requeued
 end

@@ -1,0 +1,142 @@
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { grpcClient, httpClient, pollUntilTerminal, runsCall, watchTeam } from '@cadre/testing';
+import { Scrape } from './support/prometheus.ts';
+import { TestStack, freePort } from './support/stack.ts';
+
+// Every process kind serves /metrics (the worker and the vm-agent on ports of their own); a task and a run move
+// the numbers operators watch, no label carries an id, and the Grafana dashboard asks only for names that exist.
+const RUNS_KEY = 'metrics-runs-key';
+let stack: TestStack;
+let workerMetrics: string;
+let vmMetrics: string;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1000' } });
+  const [wPort, vPort] = [await freePort(), await freePort()];
+  await stack.spawnWorkerProcess({ WORKER_METRICS_PORT: String(wPort), WORKER_METRICS_HOST: '127.0.0.1' });
+  await stack.spawnVmAgent('metrics', 'vm-m', { VM_AGENT_METRICS_PORT: String(vPort) });
+  workerMetrics = `http://127.0.0.1:${wPort}/metrics`;
+  vmMetrics = `http://127.0.0.1:${vPort}/metrics`;
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const scrapeAll = async () => ({
+  gateway: await Scrape.of(`${stack.url}/metrics`),
+  worker: await Scrape.of(workerMetrics),
+  vm: await Scrape.of(vmMetrics),
+});
+
+async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('metrics', () => {
+  let before: Awaited<ReturnType<typeof scrapeAll>>;
+  let after: Awaited<ReturnType<typeof scrapeAll>>;
+  let ids: string[];
+
+  it('move on every process after a team task (watched live over gRPC) and a VM run', async () => {
+    before = await scrapeAll();
+
+    const created = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'metrics',
+      goal: 'Add up [[scripted:delay=300]]',
+      team: { workers: [{ role: 'adder', instructions: 'Add. [[scripted:call=calculate({"expression":"2+2"})]]', tools: ['calculate'] }] },
+    });
+    expect(created.status).toBe(201);
+    const taskId = created.body.task.task_id;
+    const client = grpcClient(stack.grpcTarget);
+    const watched = await watchTeam(client, { taskId });
+    client.close();
+    expect(watched.events.at(-1)!.event!.$case).toBe('taskStatusChanged');
+    await pollUntilTerminal(stack.url, taskId);
+
+    const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: 'metrics', query: 'Say hi [[scripted:call=shell({"command":"echo hi"})]]' });
+    const runId = run.body.run.run_id as string;
+    await until('the run to complete', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'completed');
+    ids = [taskId, runId];
+
+    // The lead's last write and the run's end are recorded before the worker and agent count them: wait for those.
+    await until('the worker and vm-agent to count their work', async () => {
+      const s = await scrapeAll();
+      return s.worker.value('cadre_task_duration_seconds_count', { status: 'completed' }) > before.worker.value('cadre_task_duration_seconds_count', { status: 'completed' })
+        && s.vm.value('cadre_vm_runs_total', { outcome: 'completed' }) > before.vm.value('cadre_vm_runs_total', { outcome: 'completed' });
+    });
+    after = await scrapeAll();
+    const moved = (proc: keyof typeof after, name: string, labels: Record<string, string> = {}) => after[proc].value(name, labels) - before[proc].value(name, labels);
+
+    // Gateway: requests per route template and gRPC method, task and run counts, events, fan-out, heartbeats.
+    expect(moved('gateway', 'cadre_http_requests_total', { method: 'POST', route: '/api/tasks', status_code: '201' })).toBe(1);
+    expect(moved('gateway', 'cadre_http_request_duration_seconds_count', { method: 'POST', route: '/api/tasks' })).toBe(1);
+    expect(moved('gateway', 'cadre_grpc_server_handled_total', { grpc_method: 'roz.v1.AgentService/WatchTeam', grpc_code: 'OK' })).toBe(1);
+    expect(moved('gateway', 'cadre_tasks_reached_status', { status: 'completed' })).toBe(1);
+    expect(moved('gateway', 'cadre_events_appended_total')).toBeGreaterThanOrEqual(watched.events.length);
+    expect(moved('gateway', 'cadre_fanout_lag_seconds_count')).toBeGreaterThan(0);
+    expect(moved('gateway', 'cadre_run_heartbeats_total')).toBeGreaterThan(0);
+    expect(after.gateway.value('cadre_queue_jobs', { queue: 'agents', state: 'active' })).toBe(0);
+    expect(after.gateway.names()).toContain('cadre_runs');
+
+    // Worker: model calls, tokens and latency per model, turns, tools, task duration.
+    expect(moved('worker', 'cadre_model_requests_total', { model: 'cadre-scripted', outcome: 'ok' })).toBe(3);
+    expect(moved('worker', 'cadre_model_request_duration_seconds_count', { model: 'cadre-scripted' })).toBe(3);
+    expect(moved('worker', 'cadre_model_tokens_total', { model: 'cadre-scripted', type: 'input' })).toBeGreaterThan(0);
+    expect(moved('worker', 'cadre_model_tokens_total', { model: 'cadre-scripted', type: 'output' })).toBeGreaterThan(0);
+    expect(moved('worker', 'cadre_agent_turn_duration_seconds_count')).toBe(3);
+    expect(moved('worker', 'cadre_tool_calls_total', { tool: 'calculate', outcome: 'ok' })).toBe(1);
+    expect(moved('worker', 'cadre_task_duration_seconds_count', { status: 'completed' })).toBe(1);
+    expect(moved('worker', 'cadre_agent_job_seconds_count', { outcome: 'completed' })).toBe(2);
+
+    // VM agent: its heartbeats, dispatch and relays, its run, its model and tool calls.
+    expect(moved('vm', 'cadre_vm_gateway_requests_total', { operation: 'heartbeat', outcome: 'ok' })).toBeGreaterThan(0);
+    expect(moved('vm', 'cadre_vm_gateway_requests_total', { operation: 'dispatch', outcome: 'ok' })).toBe(1);
+    expect(moved('vm', 'cadre_vm_gateway_requests_total', { operation: 'relay', outcome: 'ok' })).toBeGreaterThan(0);
+    expect(moved('vm', 'cadre_vm_runs_total', { outcome: 'completed' })).toBe(1);
+    expect(moved('vm', 'cadre_model_requests_total', { model: 'cadre-scripted', outcome: 'ok' })).toBe(2);
+    expect(moved('vm', 'cadre_tool_calls_total', { tool: 'shell', outcome: 'ok' })).toBe(1);
+  });
+
+  it('never carry a task or run id in a label', () => {
+    for (const scrape of Object.values(after)) {
+      for (const id of ids) expect(scrape.text).not.toContain(id);
+      for (const sample of scrape.samples) {
+        for (const value of Object.values(sample.labels)) expect(value).not.toMatch(/[0-9a-f]{8}-[0-9a-f]{4}-/);
+      }
+    }
+  });
+
+  it('count lease expiries and requeues when a VM agent dies mid-run', async () => {
+    const doomed = await stack.spawnVmAgent('metrics-lease', 'vm-doomed');
+    const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: 'metrics-lease', query: 'Slow [[scripted:call=shell({"command":"sleep 30"})]]' });
+    const runId = run.body.run.run_id as string;
+    await until('the run to start', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'running');
+    const start = await Scrape.of(`${stack.url}/metrics`);
+    doomed.kill('SIGKILL');
+    await until('the lease to expire and the run to be requeued', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'awaiting_worker');
+    const end = await Scrape.of(`${stack.url}/metrics`);
+    expect(end.value('cadre_run_lease_expiries_total') - start.value('cadre_run_lease_expiries_total')).toBe(1);
+    expect(end.value('cadre_run_requeues_total') - start.value('cadre_run_requeues_total')).toBe(1);
+    expect(end.value('cadre_runs', { status: 'awaiting_worker' })).toBe(1);
+    await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${runId}/control`, { action: 'stop' });
+  });
+
+  it('back every expression of the Grafana dashboard with names a scrape exposes', () => {
+    const dashboard = JSON.parse(readFileSync(new URL('../deploy/grafana/cadre-dashboard.json', import.meta.url), 'utf8')) as { panels: { targets?: { expr: string }[] }[] };
+    const exposed = new Set([...after.gateway.names(), ...after.worker.names(), ...after.vm.names()]);
+    const exprs = dashboard.panels.flatMap((p) => p.targets ?? []).map((t) => t.expr);
+    expect(exprs.length).toBeGreaterThan(20);
+    const missing: string[] = [];
+    for (const expr of exprs) {
+      const names = expr.match(/\b(?:cadre|process|nodejs)_[a-z0-9_]+/g) ?? [];
+      expect(names.length, expr).toBeGreaterThan(0);
+      for (const name of names) if (!exposed.has(name)) missing.push(name);
+    }
+    expect(missing).toEqual([]);
+  });
+});
