@@ -74,7 +74,9 @@ describe('one trace follows a task across processes', () => {
     const spans = await until('the worker\'s spans to arrive', () => {
       const mine = receiver.spans.filter((s) => s.traceId === traceId);
       const chats = mine.filter((s) => s.name.startsWith('chat '));
-      return chats.length >= 3 && mine.some((s) => s.name === 'execute_tool calculate') ? mine : undefined;
+      // A job's consumer span ends after BullMQ records the job, which may be after the task has ended.
+      const jobs = mine.filter((s) => s.service === 'cadre-worker' && s.kind === CONSUMER);
+      return chats.length >= 3 && jobs.length >= 2 && mine.some((s) => s.name === 'execute_tool calculate') ? mine : undefined;
     });
     const byId = new Map(spans.map((s) => [s.spanId, s]));
 
