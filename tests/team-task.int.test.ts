@@ -134,7 +134,7 @@ describe('a team task end to end over HTTP', () => {
     expect(res.status).toBe(200);
     const text = await res.text();
     expect(text).toMatch(/^cadre_tasks_reached_status\{status="completed",app="gateway"\} [1-9]/m);
-    expect(text).toMatch(/^cadre_queue_jobs\{state="waiting",app="gateway"\} \d+/m);
+    expect(text).toMatch(/^cadre_queue_jobs\{queue="agents",state="waiting",app="gateway"\} \d+/m);
     expect(text).toMatch(/^cadre_watchers\{app="gateway"\} 0/m);
     // Every event of the tasks above was heard (the first test's task alone has 17).
     expect(Number(/^cadre_events_appended_total\{app="gateway"\} (\d+)/m.exec(text)?.[1])).toBeGreaterThan(17);
