@@ -60,7 +60,9 @@ describe('HTTP session API', () => {
     const request = events.find((e) => e.event_type === 'tool_request')!;
     expect(request.payload).toMatchObject({ tool_name: 'get_location', parameters: { precise: true } });
     // Parked: the session waits for the client, no turn is running on a worker.
-    const parked = await api.get<{ session: { status: string; pending_tool_calls: { tool_call_id: string }[] } }>(`/api/sessions/${id}`);
+    // (the tool_request is logged with the model's answer; the turn parks right after)
+    let parked = await api.get<{ session: { status: string; pending_tool_calls: { tool_call_id: string }[] } }>(`/api/sessions/${id}`);
+    while (parked.body.session.status === 'running') parked = await api.get(`/api/sessions/${id}`);
     expect(parked.body.session.status).toBe('waiting_tool');
     expect(parked.body.session.pending_tool_calls.map((c) => c.tool_call_id)).toEqual([request.payload.tool_call_id]);
     // A second message while the turn waits is refused.

@@ -9,7 +9,7 @@ let stack: TestStack;
 let client: AgentServiceClient;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ gateways: 1, workers: 1 });
+  stack = await TestStack.start({ gateways: 1, workers: 1, env: { CADRE_SESSION_KEEPALIVE_MS: '150' } });
   client = grpcClient(stack.grpcTarget);
 });
 afterAll(async () => {
@@ -84,5 +84,20 @@ describe('StreamSession over a real gRPC client', () => {
     expect(err.response!.value).toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('already has its result') });
     s.end();
     expect((await s.status).code).toBe(grpc.status.OK);
+  });
+
+  it('keeps streaming after the client half-closes until the turn ends, with keepalives during it', async () => {
+    const s = new SessionStream(client);
+    start(s, { maxContextTokens: 50_000 });
+    s.send({ $case: 'userMessage', value: { content: 'Slowly [[scripted:words=60]] [[scripted:chunk_delay=25]]', messageId: 'm-slow' } });
+    s.end();
+    expect((await s.status).code).toBe(grpc.status.OK);
+    const cases = s.frames.map((f) => f.response?.$case);
+    expect(cases[0]).toBe('sessionStarted');
+    expect(cases.at(-1)).toBe('turnComplete');
+    const keepalives = s.of('keepalive');
+    expect(keepalives.length).toBeGreaterThan(0);
+    expect(keepalives.every((k) => k.tokensMax === 50_000 && k.seq === 0)).toBe(true);
+    expect(s.of('textDelta').map((d) => d.content).join('')).toContain('w48');
   });
 });

@@ -172,7 +172,7 @@ export class TurnRunner {
   /** Runs builtin (and unknown) tool calls concurrently; their results join the transcript in the model's order. */
   private async runTools(state: TurnState, lease: string, calls: ChatCompletionMessageFunctionToolCall[], signal: AbortSignal): Promise<void> {
     const { store } = this.deps;
-    await store.commitTurn(state.session_id, lease, { events: [{ event_type: 'activity', payload: { state: 'calling_tool', detail: calls.map((c) => c.function.name).join(', ') } }] });
+    // No activity event of its own: the calls' tool_call events (committed with the assistant message) say it.
     const byName = new Map<string, AgentTool>(Object.entries(builtinTools));
     const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, { signal }, undefined))), signal);
     await store.commitTurn(state.session_id, lease, {

@@ -39,6 +39,7 @@ class SessionCall {
   private chain: Promise<void> = Promise.resolve();
   private keepalive: NodeJS.Timeout | undefined;
   private done = false;
+  private halfClosed = false;
 
   constructor(deps: SessionStreamDeps, call: Call) {
     this.deps = deps;
@@ -50,8 +51,9 @@ class SessionCall {
     this.call.on('data', (request: SessionRequest) => {
       this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
     });
-    // The client half-closed: like roz, the call ends. The session does not: its turn finishes unwatched.
-    this.call.on('end', () => void this.chain.then(() => this.finish()));
+    // The client half-closed (e.g. `buf curl` after its last message): the call ends once the turn in progress
+    // has ended or waits for a client tool this client can no longer answer. The session lives on either way.
+    this.call.on('end', () => void this.chain.then(() => this.halfClose()));
     this.call.on('cancelled', () => this.stop());
     this.call.on('error', () => this.stop());
   }
@@ -159,12 +161,21 @@ class SessionCall {
           if (this.done) break;
           const frame = toSessionResponse(sid, event);
           if (frame && !this.call.write(frame)) await writable(this.call, 'cancelled', watcher);
+          if (this.halfClosed && (event.event_type === 'turn_complete' || event.event_type === 'tool_request')) break;
         }
       }
       this.finish();
     } catch (err) {
       this.fail(err);
     }
+  }
+
+  private async halfClose(): Promise<void> {
+    this.halfClosed = true;
+    if (this.done) return;
+    // turn_complete is committed with the status change, so `running` means it is still to come through the pump.
+    const usage = this.sessionId === undefined ? null : await this.deps.sessions.usage(this.sessionId).catch(() => null);
+    if (usage?.status !== 'running') this.finish();
   }
 
   /** Keepalive every period while a turn is in progress (running or waiting for client tools). */
