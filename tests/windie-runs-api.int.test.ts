@@ -271,3 +271,36 @@ describe('the original runs-API suite, over HTTP', () => {
     expect(res.body.detail).toBe('Run not found');
   });
 });
+
+describe("what the original's models allow", () => {
+  it('takes an explicit null for every field the original declares Optional', async () => {
+    const ws = newWs();
+    const created = await call('POST', '/api/runs/', { workspace_id: ws, query: 'nulls', agent_id: null, requested_by: null, files: [{ artifact_id: 'a.pdf', filename: null, content_type: null }], metadata: {} });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    expect(created.body.run).toMatchObject({ agent_id: null, requested_by: null, files: [{ artifact_id: 'a.pdf', filename: null, content_type: null }] });
+    const runId = created.body.run.run_id;
+    const hb = await heartbeat({ workspace_id: ws, worker_id: 'w-null', vm_id: 'vm', user_id: 'u', session_id: null, agent_id: null, status: 'ready', metadata: {} });
+    expect(hb.status, JSON.stringify(hb.body)).toBe(200);
+    expect(hb.body.worker).toMatchObject({ session_id: null, agent_id: null });
+    expect(hb.body.assigned_run).toMatchObject({ run_id: runId, agent_id: null, requested_by: null });
+    const dispatched = await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'w-null', user_id: 'u', turn_ref: 't', conversation_ref: null });
+    expect(dispatched.status, JSON.stringify(dispatched.body)).toBe(200);
+    expect(dispatched.body.run.conversation_ref).toBe(`run-${runId}`);
+    const paused = await call('POST', `/api/runs/${runId}/control`, { action: 'pause', requested_by: null, control_mode: null });
+    expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+    expect(paused.body.latest_event.payload).toMatchObject({ action: 'pause', requested_by: null });
+    const stopped = await stopAll({ workspace_id: ws, requested_by: null }, { 'x-windie-runs-control-key': CONTROL_KEY });
+    expect(stopped.body).toMatchObject({ workspace_id: ws, stopped_run_ids: [runId], count: 1 });
+    expect((await stopAll({ workspace_id: null, requested_by: null }, { 'x-windie-runs-control-key': CONTROL_KEY })).status).toBe(200);
+  });
+
+  it('refuses null where the original requires a value, with its 422 detail list', async () => {
+    for (const body of [{ workspace_id: null, query: 'q' }, { workspace_id: newWs(), query: null }, { workspace_id: newWs(), query: 'q', metadata: null }]) {
+      const res = await call('POST', '/api/runs/', body);
+      expect(res.status, JSON.stringify(body)).toBe(422);
+      expect(res.body.detail[0]).toEqual({ loc: expect.arrayContaining(['body']), msg: expect.any(String), type: expect.any(String) });
+    }
+    const missing = await call('POST', '/api/runs/', { workspace_id: newWs() });
+    expect(missing.body.detail).toEqual([{ loc: ['body', 'query'], msg: 'Field required', type: 'missing' }]);
+  });
+});
