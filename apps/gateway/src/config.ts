@@ -23,6 +23,8 @@ export function gatewayConfig(env: Env) {
     // guards stop-all.
     runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY']),
     runsControlApiKey: str(['RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY']),
+    /** `ws1:key1,ws2:key2`: runs keys bound to one workspace each (the shared key above reaches all). */
+    runsWorkspaceKeys: workspaceKeys('RUNS_API_KEYS'),
     // As the original: an invalid or non-positive cap means 1.
     runsMaxActivePerWorkspace: positiveIntOr(['RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE'], 1),
     runsWorkerTtlMs: int('RUNS_WORKER_TTL_MS', 30_000, { min: 100 }),

@@ -66,7 +66,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     fanout,
     defaultModel: config.model,
   });
-  const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, controlKey: config.runsControlApiKey });
+  const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });

@@ -2,6 +2,7 @@ import type { Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
 import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, RunWithEvent, HeartbeatResult, ControlAction } from '@cadre/store';
 import { StoreError, TERMINAL_RUN_STATUSES } from '@cadre/store';
+import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '../http/schemas/runs.schema.ts';
@@ -42,15 +43,23 @@ export class RunService {
     }
   }
 
-  async get(runId: string): Promise<RunRecord> {
+  /** A run outside the key's reach is answered as an unknown one: its existence is not revealed. */
+  async get(principal: Principal, runId: string): Promise<RunRecord> {
     checkRunId(runId);
     const run = await this.deps.store.getRun(runId);
-    if (!run) throw runNotFound();
+    if (!run || !canAccess(principal, run.workspace_id)) throw runNotFound();
     return run;
   }
 
-  async events(runId: string, afterSeq: number, limit: number): Promise<{ run_id: string; events: RunEvent[]; next_after_seq: number }> {
+  /** Before a run is read or written: unknown, or outside the key's reach, is 404 (the workspace is cached). */
+  private async visible(principal: Principal, runId: string): Promise<void> {
     checkRunId(runId);
+    if (principal.workspaces === 'all') return;
+    if ((await this.deps.store.workspaceOf(runId)) !== principal.workspaces) throw runNotFound();
+  }
+
+  async events(principal: Principal, runId: string, afterSeq: number, limit: number): Promise<{ run_id: string; events: RunEvent[]; next_after_seq: number }> {
+    await this.visible(principal, runId);
     const page = await this.deps.store.readEvents(runId, afterSeq, limit);
     if (!page) throw runNotFound();
     return { run_id: runId, events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
@@ -73,10 +82,10 @@ export class RunService {
     return { ...result, heartbeat_interval_ms: this.deps.heartbeatIntervalMs };
   }
 
-  async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
+  async control(principal: Principal, runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
     // The original validates the body before it looks the run up.
     if (action === 'set-control-mode' && !controlMode) throw new ApiError('unprocessable', 'control_mode is required when action is set-control-mode');
-    checkRunId(runId);
+    await this.visible(principal, runId);
     try {
       return await this.deps.store.control(runId, action, controlMode, requestedBy);
     } catch (err) {
@@ -88,8 +97,8 @@ export class RunService {
     }
   }
 
-  async dispatched(runId: string, body: DispatchedBody): Promise<RunWithEvent> {
-    checkRunId(runId);
+  async dispatched(principal: Principal, runId: string, body: DispatchedBody): Promise<RunWithEvent> {
+    await this.visible(principal, runId);
     const payload = { user_id: body.user_id ?? null, turn_ref: body.turn_ref ?? null, conversation_ref: body.conversation_ref ?? null };
     try {
       return await this.deps.store.dispatch(runId, body.worker_id, body.lease_id, payload);
@@ -100,8 +109,8 @@ export class RunService {
     }
   }
 
-  async relay(runId: string, body: RelayBody): Promise<RunWithEvent & { last_seq: number }> {
-    checkRunId(runId);
+  async relay(principal: Principal, runId: string, body: RelayBody): Promise<RunWithEvent & { last_seq: number }> {
+    await this.visible(principal, runId);
     const events = body.events ?? (body.event_type ? [{ event_type: body.event_type, source: body.source, payload: body.payload }] : []);
     if (events.length === 0) throw new ApiError('unprocessable', 'send event_type (one event) or events (a batch)');
     if (body.events && body.event_type) throw new ApiError('unprocessable', 'send either event_type or events, not both');
@@ -129,8 +138,8 @@ export class RunService {
     return cancelled.sort();
   }
 
-  async watch(runId: string, afterSeq: number): Promise<LogWatcher<RunEvent> | null> {
-    const run = await this.get(runId);
+  async watch(principal: Principal, runId: string, afterSeq: number): Promise<LogWatcher<RunEvent> | null> {
+    const run = await this.get(principal, runId);
     if (afterSeq > run.last_event_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_event_seq})`);
     if (afterSeq === run.last_event_seq && TERMINAL_RUN_STATUSES.includes(run.status)) return null;
     return this.deps.fanout.watch(this.deps.store.runLog(runId, run.workspace_id), afterSeq);

@@ -1,38 +1,81 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
-const same = (configured: Buffer, presented: string | undefined): boolean => timingSafeEqual(configured, digest(presented ?? ''));
 /** As the original: surrounding blanks of a configured or presented key do not count; blank is unset. */
 const normalized = (value: string | string[] | undefined): string | undefined => {
   const v = (Array.isArray(value) ? value[0] : value)?.trim();
   return v ? v : undefined;
 };
 
+export interface RunsAuthConfig {
+  /** The original's shared key: every workspace. */
+  runsKey?: string;
+  /** key → workspace: a workspace's VM agents see and write only that workspace. */
+  workspaceKeys?: Map<string, string>;
+  /** stop-all's key (every workspace). */
+  controlKey?: string;
+}
+
 /**
- * The runs API's shared keys, with the original's meaning: `x-windie-runs-key` on every route except stop-all,
- * which needs the control key (`x-windie-runs-control-key`) instead, so a worker's key cannot stop every
- * workspace. Without a configured key the routes it guards answer 503. Digests compared in constant time; keys
- * are never logged.
+ * The runs API's keys, with the original's meaning: `x-windie-runs-key` on every route except stop-all, which
+ * needs the control key (`x-windie-runs-control-key`) instead, so a worker's key cannot stop every workspace.
+ * Cadre adds per-workspace runs keys: such a key reaches only its workspace, and may stop-all that workspace.
+ * Without a configured key the routes it guards answer 503. Every configured key is compared (as a digest, in
+ * constant time, no early exit); keys are never logged.
  */
 export class RunsAuthenticator {
-  private readonly runsKey: Buffer | undefined;
+  private readonly entries: { digest: Buffer; principal: Principal }[] = [];
   private readonly controlKey: Buffer | undefined;
 
-  constructor(opts: { runsKey?: string; controlKey?: string }) {
+  constructor(opts: RunsAuthConfig) {
     const runsKey = normalized(opts.runsKey);
+    if (runsKey) this.entries.push({ digest: digest(runsKey), principal: { workspaces: 'all' } });
+    for (const [key, ws] of opts.workspaceKeys ?? []) {
+      const k = normalized(key);
+      if (k) this.entries.push({ digest: digest(k), principal: { workspaces: ws } });
+    }
     const controlKey = normalized(opts.controlKey);
-    this.runsKey = runsKey ? digest(runsKey) : undefined;
     this.controlKey = controlKey ? digest(controlKey) : undefined;
   }
 
-  check(header: string | string[] | undefined): void {
-    if (!this.runsKey) throw new ApiError('unavailable', 'Runs API key is not configured');
-    if (!same(this.runsKey, normalized(header))) throw new ApiError('unauthenticated', 'Invalid runs API key');
+  /** The runs key's reach: every workspace (the shared key) or one. */
+  check(header: string | string[] | undefined): Principal {
+    if (this.entries.length === 0) throw new ApiError('unavailable', 'Runs API key is not configured');
+    const found = this.match(header);
+    if (!found) throw new ApiError('unauthenticated', 'Invalid runs API key');
+    return found;
   }
 
-  checkControl(header: string | string[] | undefined): void {
+  /**
+   * stop-all: the control key reaches every workspace; a workspace's runs key reaches its own (the route checks
+   * the body names it). The shared runs key is not enough, as in the original.
+   */
+  checkStopAll(controlHeader: string | string[] | undefined, runsHeader: string | string[] | undefined): Principal {
+    if (this.controlKey && this.matches(this.controlKey, controlHeader)) return { workspaces: 'all' };
+    const viaRunsKey = this.match(runsHeader);
+    if (viaRunsKey && viaRunsKey.workspaces !== 'all') return viaRunsKey;
     if (!this.controlKey) throw new ApiError('unavailable', 'Runs control API key is not configured');
-    if (!same(this.controlKey, normalized(header))) throw new ApiError('permission_denied', 'Invalid runs control API key');
+    throw new ApiError('permission_denied', 'Invalid runs control API key');
+  }
+
+  /** A workspace's runs key asked stop-all for more than its workspace: that needs the control key. */
+  beyondWorkspace(workspace: string): ApiError {
+    if (!this.controlKey) return new ApiError('unavailable', 'Runs control API key is not configured');
+    return new ApiError('permission_denied', `a workspace's runs key stops only its workspace (send workspace_id "${workspace}"); stop-all beyond it needs x-windie-runs-control-key`);
+  }
+
+  private match(header: string | string[] | undefined): Principal | undefined {
+    const presented = digest(normalized(header) ?? '');
+    let found: Principal | undefined;
+    for (const entry of this.entries) {
+      if (timingSafeEqual(entry.digest, presented) && !found) found = entry.principal;
+    }
+    return found;
+  }
+
+  private matches(configured: Buffer, header: string | string[] | undefined): boolean {
+    return timingSafeEqual(configured, digest(normalized(header) ?? ''));
   }
 }

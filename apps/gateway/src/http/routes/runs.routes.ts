@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyPluginAsync } from 'fastify';
+import { canAccess, type Principal } from '../../auth.ts';
 import { httpStatusOf, toApiError } from '../../errors.ts';
 import { ApiError } from '../../errors.ts';
 import type { RunService } from '../../runs/run-service.ts';
@@ -21,6 +22,13 @@ import {
   type RelayBody,
   type StopAllBody,
 } from '../schemas/runs.schema.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** What the request's runs key (or, on stop-all, control key) reaches. */
+    runsPrincipal: Principal;
+  }
+}
 
 export interface RunRoutesDeps {
   runs: RunService;
@@ -52,11 +60,19 @@ function fastApiDetail(err: FastifyError): { loc: (string | number)[]; msg: stri
  * there; an unknown run id of any form is 404 `Run not found`.
  */
 export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) => {
-  // stop-all is guarded by the control key alone (as the original); every other route by the runs key.
+  // stop-all is guarded by the control key (as the original) or a workspace's own runs key; every other route by
+  // a runs key. Before the body is read, so an unauthenticated caller learns nothing from validation.
+  app.decorateRequest('runsPrincipal', null as unknown as Principal);
   app.addHook('onRequest', async (request) => {
-    if (request.routeOptions.url === STOP_ALL) deps.runsAuth.checkControl(request.headers['x-windie-runs-control-key']);
-    else deps.runsAuth.check(request.headers['x-windie-runs-key']);
+    request.runsPrincipal =
+      request.routeOptions.url === STOP_ALL
+        ? deps.runsAuth.checkStopAll(request.headers['x-windie-runs-control-key'], request.headers['x-windie-runs-key'])
+        : deps.runsAuth.check(request.headers['x-windie-runs-key']);
   });
+  /** A workspace named in a body or query must be within the key's reach. */
+  const requireWorkspace = (principal: Principal, workspaceId: string): void => {
+    if (!canAccess(principal, workspaceId)) throw new ApiError('permission_denied', `this runs key is not valid for workspace ${workspaceId}`);
+  };
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const api = toApiError(err);
     if (api) return reply.status(httpStatusOf(api.code)).send({ detail: api.message, error: { code: api.code, message: api.message } });
@@ -72,7 +88,8 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
     return reply.status(500).send({ detail: 'Internal Server Error', error: { code: 'internal', message: 'internal error' } });
   });
 
-  const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined> }) => {
+  const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined>; runsPrincipal: Principal }) => {
+    requireWorkspace(request.runsPrincipal, request.body.workspace_id);
     const key = request.headers['idempotency-key'];
     const idem = Array.isArray(key) ? key[0] : key;
     if (idem !== undefined && (idem.length === 0 || idem.length > 255)) throw new ApiError('invalid_argument', 'Idempotency-Key must be 1 to 255 characters');
@@ -82,23 +99,30 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
   app.post<{ Body: CreateRunBody }>('/api/runs/', { schema: { body: createRunBody } }, create);
   app.post<{ Body: CreateRunBody }>('/api/runs', { schema: { body: createRunBody } }, create);
 
-  app.get<{ Querystring: { workspace_id: string; status?: CreateRunBody['workspace_id'] } }>('/api/runs', { schema: { querystring: listRunsQuery } }, async (request) => ({
-    runs: await deps.runs.list(request.query.workspace_id, request.query.status as never),
-  }));
+  app.get<{ Querystring: { workspace_id: string; status?: CreateRunBody['workspace_id'] } }>('/api/runs', { schema: { querystring: listRunsQuery } }, async (request) => {
+    requireWorkspace(request.runsPrincipal, request.query.workspace_id);
+    return { runs: await deps.runs.list(request.query.workspace_id, request.query.status as never) };
+  });
 
-  app.post<{ Body: HeartbeatBody }>('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => deps.runs.heartbeat(request.body));
+  app.post<{ Body: HeartbeatBody }>('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
+    requireWorkspace(request.runsPrincipal, request.body.workspace_id);
+    return deps.runs.heartbeat(request.body);
+  });
 
-  app.post<{ Body: StopAllBody | null }>(STOP_ALL, { schema: { body: stopAllBody } }, async (request) =>
-    deps.runs.stopAll(request.body?.workspace_id ?? undefined, request.body?.requested_by ?? undefined),
-  );
+  app.post<{ Body: StopAllBody | null }>(STOP_ALL, { schema: { body: stopAllBody } }, async (request) => {
+    const workspaceId = request.body?.workspace_id ?? undefined;
+    const reach = request.runsPrincipal.workspaces;
+    if (reach !== 'all' && workspaceId !== reach) throw deps.runsAuth.beyondWorkspace(reach);
+    return deps.runs.stopAll(workspaceId, request.body?.requested_by ?? undefined);
+  });
 
   // The run itself, as the original (not wrapped).
-  app.get<{ Params: RunParams }>('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.params.run_id));
+  app.get<{ Params: RunParams }>('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.runsPrincipal, request.params.run_id));
 
   app.get<{ Params: RunParams; Querystring: { after_seq?: number; limit?: number } }>(
     '/api/runs/:run_id/events',
     { schema: { params: runParams, querystring: eventsQuery } },
-    async (request) => deps.runs.events(request.params.run_id, request.query.after_seq ?? 0, request.query.limit ?? 200),
+    async (request) => deps.runs.events(request.runsPrincipal, request.params.run_id, request.query.after_seq ?? 0, request.query.limit ?? 200),
   );
 
   app.get<{ Params: RunParams; Querystring: { after_seq?: number } }>(
@@ -106,20 +130,20 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
     { schema: { params: runParams, querystring: { type: 'object', properties: { after_seq: { type: 'integer', minimum: 0 } } } } },
     async (request, reply) => {
       const afterSeq = resumeCursor(request, request.query.after_seq);
-      deps.sse.serve(request, reply, await deps.runs.watch(request.params.run_id, afterSeq));
+      deps.sse.serve(request, reply, await deps.runs.watch(request.runsPrincipal, request.params.run_id, afterSeq));
     },
   );
 
   // Writes to one run answer {run, latest_event}, as the original.
   app.post<{ Params: RunParams; Body: ControlBody }>('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) =>
-    deps.runs.control(request.params.run_id, request.body.action, request.body.control_mode ?? undefined, request.body.requested_by ?? ''),
+    deps.runs.control(request.runsPrincipal, request.params.run_id, request.body.action, request.body.control_mode ?? undefined, request.body.requested_by ?? ''),
   );
 
   app.post<{ Params: RunParams; Body: DispatchedBody }>('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
-    deps.runs.dispatched(request.params.run_id, request.body),
+    deps.runs.dispatched(request.runsPrincipal, request.params.run_id, request.body),
   );
 
   app.post<{ Params: RunParams; Body: RelayBody }>('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>
-    deps.runs.relay(request.params.run_id, request.body),
+    deps.runs.relay(request.runsPrincipal, request.params.run_id, request.body),
   );
 };
