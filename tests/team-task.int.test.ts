@@ -84,6 +84,18 @@ describe('a team task end to end over HTTP', () => {
     expect(task.body.task.workers.map((w) => `${w.worker_id}:${w.status}`)).toEqual(['lead:completed', 'cat-expert-1:completed', 'dog-expert-2:completed']);
   });
 
+  it('tells only a planning lead about spawn_worker: a lead of named workers does not have the tool', async () => {
+    const api = httpClient(stack.url);
+    type Created = { task: { team: { lead: { instructions: string } } } };
+    const named = await api.post<Created>('/api/tasks', { workspace_id: 'demo', goal: 'Named', team: { workers: [{ role: 'researcher' }] } });
+    const planned = await api.post<Created>('/api/tasks', { workspace_id: 'demo', goal: 'Planned' });
+    expect(named.status).toBe(201);
+    expect(planned.status).toBe(201);
+    expect(named.body.task.team.lead.instructions).not.toMatch(/spawn/);
+    expect(named.body.task.team.lead.instructions).toMatch(/combine their results/);
+    expect(planned.body.task.team.lead.instructions).toMatch(/spawn_worker/);
+  });
+
   it('records model failures per worker: the lead carries on with the rest, and fails the task when none is left', async () => {
     const api = httpClient(stack.url);
     const partial = await api.post<{ task: { task_id: string } }>('/api/tasks', {

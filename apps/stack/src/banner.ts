@@ -21,8 +21,11 @@ export interface BannerInfo {
   dataDir: string;
 }
 
+// [[scripted:delay=3000]]: the scripted model takes 3 s per answer, so the task runs for ~7 s and the watch
+// commands below show its events arriving live (without it the task ends in ~100 ms and a watch only replays).
 const TASK_BODY =
-  '{"workspace_id":"demo","goal":"Weigh two options","team":{"workers":[{"role":"researcher","instructions":"List the pros."},{"role":"critic","instructions":"List the cons."}]}}';
+  '{"workspace_id":"demo","goal":"Weigh two options [[scripted:delay=3000]]","team":{"workers":[{"role":"researcher","instructions":"List the pros."},{"role":"critic","instructions":"List the cons."}]}}';
+const SLOW_TASK_BODY = '{"workspace_id":"demo","goal":"Take your time [[scripted:delay=30000]]"}';
 
 const RUN_BODY =
   '{"workspace_id":"default","agent_id":"demo","query":"Say hello [[scripted:call=shell({\\"command\\":\\"echo hello from the VM\\"})]]"}';
@@ -69,24 +72,33 @@ export function renderBanner(info: BannerInfo): string {
     `  Control key   ${info.devRunsControlKey !== undefined ? `${info.devRunsControlKey}  (x-windie-runs-control-key, for stop-all; dev key, kept in ${info.devRunsControlKeyFile})` : 'from RUNS_CONTROL_API_KEY (not shown)'}`,
     `  Data          ${info.dataDir}`,
     '',
-    '  Try it (bash, from the repository; the create call keeps the new task id in $TASK):',
+    '  Try it (bash, from the repository; the create call keeps the new task id in $TASK; the task runs ~7 s, watch it live):',
     '',
     `    ${exportKey}`,
     `    ${info.devRunsKey !== undefined ? `export RUNS_KEY=${info.devRunsKey}` : 'export RUNS_KEY="$RUNS_API_KEY"'}`,
     `    TASK=$(curl -s -XPOST ${base}/api/tasks ${auth} -H 'content-type: application/json' \\`,
     `      -d '${TASK_BODY}' | tee /dev/stderr | grep -o '"task_id":"[^"]*"' | cut -d'"' -f4); echo`,
-    `    curl -s ${base}/api/tasks/$TASK ${auth}`,
-    `    curl -s "${base}/api/tasks/$TASK/events?after_seq=0&limit=200" ${auth}`,
     `    curl -N ${base}/api/tasks/$TASK/stream ${auth}`,
     `    npx buf curl --protocol grpc --http2-prior-knowledge ${auth} \\`,
     `      -d "{\\"task_id\\":\\"$TASK\\"}" ${base}/roz.v1.AgentService/WatchTeam`,
-    `    grpcurl -plaintext ${auth} -d "{\\"task_id\\":\\"$TASK\\"}" ${target} roz.v1.AgentService/WatchTeam`,
+    `    curl -s "${base}/api/tasks/$TASK/events?after_seq=0&limit=200" ${auth}`,
+    `    curl -s ${base}/api/tasks/$TASK ${auth}`,
     '',
-    '  A run for the VM agents (it runs a shell command in the agent\'s working directory):',
+    '  A cancel (a task that would take minutes; its stream ends with task_cancelled):',
+    '',
+    `    TASK=$(curl -s -XPOST ${base}/api/tasks ${auth} -H 'content-type: application/json' \\`,
+    `      -d '${SLOW_TASK_BODY}' | grep -o '"task_id":"[^"]*"' | cut -d'"' -f4)`,
+    `    curl -sN ${base}/api/tasks/$TASK/stream ${auth} | grep --line-buffered '^event:' &`,
+    `    sleep 2; curl -s -XPOST ${base}/api/tasks/$TASK/cancel ${auth}; echo`,
+    '',
+    `  gRPC reflection: npx buf curl --protocol grpc --http2-prior-knowledge --list-methods ${base}`,
+    '',
+    '  A run for the VM agents (it runs a shell command in the agent\'s working directory; it waits in awaiting_worker',
+    '  until an agent\'s next heartbeat, every RUNS_HEARTBEAT_INTERVAL_MS = 5 s by default):',
     '',
     `    RUN=$(curl -s -XPOST ${base}/api/runs/ -H "x-windie-runs-key: $RUNS_KEY" -H 'content-type: application/json' \\`,
     `      -d '${RUN_BODY}' | tee /dev/stderr | grep -o '"run_id":"[^"]*"' | head -1 | cut -d'"' -f4); echo`,
-    `    curl -s "${base}/api/runs/$RUN/events?after_seq=0" -H "x-windie-runs-key: $RUNS_KEY"`,
+    `    curl -N ${base}/api/runs/$RUN/stream -H "x-windie-runs-key: $RUNS_KEY"`,
     `    curl -s -XPOST ${base}/api/runs/stop-all -H "x-windie-runs-control-key: ${info.devRunsControlKey ?? '$RUNS_CONTROL_API_KEY'}" -H 'content-type: application/json' -d '{"workspace_id":"default"}'`,
     '',
     '  Events: poll with after_seq = the last reply\'s next_after_seq; the stream and WatchTeam end after the task\'s last event.',

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { int, oneOf, readConfig, str, url, type Env } from '@cadre/config';
+import { int, logLevel, oneOf, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The repository root: children run with it as cwd, and the default data dir lives in it. */
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -25,7 +25,7 @@ export function stackConfig(env: Env) {
     /** vm-agent processes serving workspace `default` (0 turns them off). */
     vmAgents: int('VM_AGENTS', 1, { min: 0, max: 16 }),
     workerConcurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
-    logLevel: str('LOG_LEVEL', 'info'),
+    logLevel: logLevel(),
     /** auto: pretty, coloured logs when stdout is a terminal, JSON lines otherwise; json or pretty force one. */
     logFormat: oneOf('LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto'),
     /** no-color.org: any non-empty value turns colour off. */

@@ -1,11 +1,11 @@
-import { hostname, tmpdir } from 'node:os';
+import { hostname } from 'node:os';
 // `npm start`: the whole stack on embedded defaults (DESIGN "Embedded defaults"). Composition root:
 // config → Redis (REDIS_URL or a private redis-server) → model (OPENAI_BASE_URL or the scripted model in-process)
 // → API key → gateway and worker processes → wait for /readyz → banner; then supervise until a signal or a crash.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ConfigError } from '@cadre/config';
+import { ConfigError, configOrExit, exitForConfig } from '@cadre/config';
 import { createLogPrettifier } from '@cadre/observability';
 import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
@@ -13,7 +13,7 @@ import { renderBanner } from './banner.ts';
 import { ServiceProcess, killAll, stopAll } from './children.ts';
 import { REPO_ROOT, stackConfig, type StackConfig } from './config.ts';
 import { loadOrCreateDevApiKey } from './dev-api-key.ts';
-import { loopbackFor, waitForReady } from './readiness.ts';
+import { loopbackFor, portUnavailable, waitForReady } from './readiness.ts';
 
 /** Under `npm start` one Ctrl-C can reach us twice (from the terminal, and forwarded by npm): not a second press. */
 const REPEAT_SIGNAL_WINDOW_MS = 1_000;
@@ -196,6 +196,15 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   };
   stack.spawn('gateway', 'apps/gateway/src/main.ts', env);
   for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', env);
+  const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
+  const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
+  if (outcome === 'aborted') return;
+  if (outcome === 'timeout') {
+    stack.say(`the gateway did not answer ${readyz} within ${config.readyTimeoutMs / 1000} s; stopping the stack`, process.stderr);
+    return void stack.stop(1);
+  }
+  // VM agents heartbeat the gateway from their first second: started only once it is ready, so the first run of
+  // the stack shows no connection-refused noise.
   for (let i = 1; i <= config.vmAgents; i++) {
     // A VM agent gets what a VM would have, not the control plane's secrets (Redis, the tasks key): its shell
     // tool runs as the same user.
@@ -205,17 +214,9 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
       VM_AGENT_WORKSPACE_ID: env.VM_AGENT_WORKSPACE_ID ?? 'default',
       VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,
-      // Outside the data dir: a run's shell must not find the dev keys next to its working directory.
-      VM_AGENT_WORKDIR: join(tmpdir(), 'cadre-vm-agents', `vm-agent-${i}`),
+      // No VM_AGENT_WORKDIR (unless set for the stack): each agent makes a temp dir of its own, outside the data
+      // dir, so a run's shell neither finds the dev keys nor shares files with another checkout's agents.
     });
-  }
-
-  const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
-  const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
-  if (outcome === 'aborted') return;
-  if (outcome === 'timeout') {
-    stack.say(`the gateway did not answer ${readyz} within ${config.readyTimeoutMs / 1000} s; stopping the stack`, process.stderr);
-    return void stack.stop(1);
   }
 
   // Where the `cadre` CLI finds this stack (with the dev keys beside it) when CADRE_URL is not set.
@@ -241,16 +242,17 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   );
 }
 
-let config: StackConfig;
-try {
-  config = stackConfig(process.env);
-  if (config.openaiBaseUrl !== undefined && config.openaiApiKey === undefined) {
+// Bad configuration ends `npm start` before anything starts, with one line per problem naming the variable.
+const config: StackConfig = configOrExit('npm start', () => {
+  const parsed = stackConfig(process.env);
+  if (parsed.openaiBaseUrl !== undefined && parsed.openaiApiKey === undefined) {
     throw new ConfigError(['OPENAI_API_KEY: required with OPENAI_BASE_URL (any value for a server that checks none)']);
   }
-} catch (err) {
-  console.error(err instanceof ConfigError ? err.message : err);
-  process.exit(1);
-}
+  return parsed;
+});
+// A port in use would otherwise show up only as the gateway's exit after Redis, the model and workers started.
+const portProblem = await portUnavailable(config.port, config.host);
+if (portProblem) exitForConfig('npm start', [portProblem]);
 
 const stack = new Stack(config);
 process.on('SIGINT', () => stack.onSignal('SIGINT'));

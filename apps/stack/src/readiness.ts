@@ -1,4 +1,6 @@
+import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { listenProblem } from '@cadre/config';
 
 /** The address a local client uses to reach a server bound to `host` (wildcards become loopback). */
 export function loopbackFor(host: string): string {
@@ -24,4 +26,23 @@ export async function waitForReady(url: string, timeoutMs: number, signal: Abort
     await sleep(200, undefined, { signal }).catch(() => undefined);
   }
   return signal.aborted ? 'aborted' : 'timeout';
+}
+
+/**
+ * Why the gateway could not listen on host:port (in use, not allowed, not an address here), found by binding it
+ * for a moment; undefined when it is free. The gateway binds it for real a second later.
+ */
+export async function portUnavailable(port: number, host: string): Promise<string | undefined> {
+  const probe = net.createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.listen(port, host, resolve);
+    });
+    return undefined;
+  } catch (err) {
+    return listenProblem(err, { port, host });
+  } finally {
+    if (probe.listening) await new Promise((resolve) => probe.close(resolve));
+  }
 }

@@ -1,6 +1,6 @@
-import { hostname, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { bool, int, readConfig, str, url, type Env } from '@cadre/config';
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+import { bool, int, logLevel, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the vm-agent; parsed once at start-up and passed in. */
 export function vmAgentConfig(env: Env) {
@@ -11,7 +11,8 @@ export function vmAgentConfig(env: Env) {
     workerId: str('VM_AGENT_WORKER_ID', hostname()),
     vmId: str('VM_AGENT_VM_ID'),
     userId: str('VM_AGENT_USER_ID'),
-    workdir: str('VM_AGENT_WORKDIR', join(tmpdir(), 'cadre-vm-agent')),
+    /** Unset: a directory of this process's own under the system temp dir (see main.ts). */
+    workdir: str('VM_AGENT_WORKDIR'),
     openaiBaseUrl: url('OPENAI_BASE_URL'),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),
@@ -20,7 +21,7 @@ export function vmAgentConfig(env: Env) {
     /** A whole run, paused time included (runAgent's deadline is absolute). */
     runTimeoutMs: int('VM_AGENT_RUN_TIMEOUT_MS', 3_600_000, { min: 1_000 }),
     shellTimeoutMs: int('VM_AGENT_SHELL_TIMEOUT_MS', 10_000, { min: 100, max: 3_600_000 }),
-    logLevel: str('LOG_LEVEL', 'info'),
+    logLevel: logLevel(),
     shutdownGraceMs: int('VM_AGENT_SHUTDOWN_GRACE_MS', 5_000, { min: 0 }),
     /** `/metrics` of this agent on a port of its own (0 = not served), on loopback unless told otherwise. */
     metricsPort: int('VM_AGENT_METRICS_PORT', 0, { min: 0, max: 65535 }),
@@ -32,7 +33,7 @@ export function vmAgentConfig(env: Env) {
     ...config,
     gatewayUrl: (config.gatewayUrl ?? 'http://127.0.0.1:8080').replace(/\/+$/, ''),
     vmId: config.vmId ?? config.workerId,
-    workdir: resolve(config.workdir),
+    workdir: config.workdir === undefined ? undefined : resolve(config.workdir),
   };
 }
 

@@ -1,7 +1,10 @@
 import { tracing } from './tracing.ts';
 import { randomUUID } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createModelClient } from '@cadre/agent';
+import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, serveMetrics } from '@cadre/observability';
 import { vmAgentConfig } from './config.ts';
@@ -11,18 +14,21 @@ import { RunExecutor } from './run-executor.ts';
 import { vmAgentMetrics } from './metrics.ts';
 
 // Composition root: config → logger → gateway client → executor + heartbeat loop → drain on a signal.
-const config = vmAgentConfig(process.env);
+// Bad configuration ends the process with one line per problem naming the variable, no stack trace.
+const config = configOrExit('vm-agent', () => vmAgentConfig(process.env));
+const required = {
+  RUNS_API_KEY: [config.runsApiKey, "the runs API key (x-windie-runs-key) of the gateway at CADRE_GATEWAY_URL"],
+  OPENAI_BASE_URL: [config.openaiBaseUrl, 'the model server, e.g. http://127.0.0.1:8081/v1'],
+  OPENAI_API_KEY: [config.openaiApiKey, "the model server's key (any value for one that checks none)"],
+} as const;
+const missing = Object.entries(required).filter(([, [value]]) => !value);
+if (missing.length > 0) exitForConfig('vm-agent', missing.map(([name, [, what]]) => `${name}: required: ${what}`));
 const logger = createLogger({ name: 'vm-agent', level: config.logLevel }).child({ workerId: config.workerId });
-const missing = [
-  ...(config.runsApiKey ? [] : ['RUNS_API_KEY']),
-  ...(config.openaiBaseUrl ? [] : ['OPENAI_BASE_URL']),
-  ...(config.openaiApiKey ? [] : ['OPENAI_API_KEY']),
-];
-if (missing.length > 0) {
-  logger.fatal({ missing }, 'RUNS_API_KEY, OPENAI_BASE_URL and OPENAI_API_KEY are required');
-  process.exit(1);
-}
-await mkdir(config.workdir, { recursive: true });
+// Without VM_AGENT_WORKDIR, runs work in a directory of this process's own, never one shared by every checkout and
+// agent on the machine; it is scratch space, removed when the agent stops.
+const ownWorkdir = config.workdir === undefined;
+const workdir = config.workdir ?? (await mkdtemp(join(tmpdir(), `cadre-vm-agent-${config.workerId.replace(/[^A-Za-z0-9._-]/g, '_')}-`)));
+await mkdir(workdir, { recursive: true });
 
 const metrics = vmAgentMetrics({ busy: () => executor.busy });
 const client = new GatewayClient({ baseUrl: config.gatewayUrl, runsKey: config.runsApiKey!, onCall: metrics.onCall });
@@ -45,12 +51,19 @@ const heartbeat: HeartbeatLoop = new HeartbeatLoop({
   metadata: () => ({ agent: 'cadre-vm-agent', pid: process.pid, run_id: executor.currentRunId }),
   onResponse: (res) => executor.handle(res),
 });
-const executor = new RunExecutor({ client, model, logger, config, ack: (id) => heartbeat.ack(id), observer: metrics.observer, onRunEnded: metrics.onRunEnded });
-const metricsServer = config.metricsPort > 0 ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics.registry }) : undefined;
+const executor = new RunExecutor({ client, model, logger, config: { ...config, workdir }, ack: (id) => heartbeat.ack(id), observer: metrics.observer, onRunEnded: metrics.onRunEnded });
+const metricsServer =
+  config.metricsPort > 0
+    ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics.registry }).catch((err: unknown) => {
+        const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'VM_AGENT_METRICS_PORT', hostVariable: 'VM_AGENT_METRICS_HOST' });
+        if (problem) exitForConfig('vm-agent', [problem]);
+        throw err;
+      })
+    : undefined;
 
 heartbeat.start();
 process.stdout.write(`vm-agent ${config.workerId} serving workspace ${config.workspaceId} via ${config.gatewayUrl}\n`);
-logger.info({ workdir: config.workdir, model: config.model, metricsPort: config.metricsPort || undefined }, 'vm-agent started');
+logger.info({ workdir, model: config.model, metricsPort: config.metricsPort || undefined }, 'vm-agent started');
 
 // Shutdown: take nothing new and let the current run finish within the grace period, still heartbeating so its
 // lease holds. A run that does not finish in time is handed back, not failed: we abort it locally and stop
@@ -66,6 +79,7 @@ onShutdown({
     if (!(await executor.whenIdle(config.shutdownGraceMs))) await executor.abandon();
     await heartbeat.stop();
     metricsServer?.close();
+    if (ownWorkdir) await rm(workdir, { recursive: true, force: true });
     logger.info('vm-agent stopped');
     await tracing.shutdown();
   },

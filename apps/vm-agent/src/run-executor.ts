@@ -17,7 +17,8 @@ export interface RunExecutorDeps {
   client: GatewayClient;
   model: OpenAI;
   logger: Logger;
-  config: Pick<VmAgentConfig, 'workerId' | 'userId' | 'workdir' | 'model' | 'maxTurns' | 'runTimeoutMs' | 'shellTimeoutMs'>;
+  /** `workdir` is where each run gets its directory (main.ts picks it when VM_AGENT_WORKDIR is unset). */
+  config: Pick<VmAgentConfig, 'workerId' | 'userId' | 'model' | 'maxTurns' | 'runTimeoutMs' | 'shellTimeoutMs'> & { workdir: string };
   /** Acknowledge an applied command on the next heartbeat. */
   ack(commandId: string): void;
   /** Metrics of the agent loop. */

@@ -1,9 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -237,5 +238,40 @@ describe('vm-agent: a real process executing runs', () => {
     expect(types.slice(-2)).toEqual(['run-worker-lost', 'run-requeued']);
     expect(types).not.toContain('error');
     expect((await call('POST', `/api/runs/${runId}/control`, { action: 'stop' })).status).toBe(200);
+  });
+
+  it('without VM_AGENT_WORKDIR works in a temp dir of its own (not one shared by every checkout), removed on exit', async () => {
+    const own = spawn(process.execPath, ['apps/vm-agent/src/main.ts'], {
+      cwd: REPO,
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        CADRE_GATEWAY_URL: stack.url,
+        RUNS_API_KEY: RUNS_KEY,
+        VM_AGENT_WORKSPACE_ID: 'own-workdir',
+        VM_AGENT_WORKER_ID: `${workerId}/own`,
+        OPENAI_BASE_URL: stack.model.url,
+        OPENAI_API_KEY: 'scripted',
+        LOG_LEVEL: 'info',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    own.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    own.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    try {
+      const started = await waitFor('its start log line', async () => {
+        const line = out.split('\n').find((l) => l.includes('"msg":"vm-agent started"'));
+        return line ? (JSON.parse(line) as { workdir: string }) : undefined;
+      });
+      expect(dirname(started.workdir)).toBe(tmpdir());
+      expect(basename(started.workdir)).toMatch(new RegExp(`^cadre-vm-agent-${workerId}_own-\\w{6}$`));
+      expect(existsSync(started.workdir)).toBe(true);
+      own.kill('SIGTERM');
+      const [code] = await once(own, 'exit');
+      expect(code, out).toBe(0);
+      expect(existsSync(started.workdir)).toBe(false);
+    } finally {
+      if (own.exitCode === null) own.kill('SIGKILL');
+    }
   });
 });

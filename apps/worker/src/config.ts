@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { bool, int, readConfig, str, url, type Env } from '@cadre/config';
+import { bool, int, logLevel, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the worker pool; parsed once at start-up. */
 export function workerConfig(env: Env) {
@@ -11,7 +11,7 @@ export function workerConfig(env: Env) {
     concurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
     hostId: str('CADRE_HOST_ID', `${hostname()}:${process.pid}`),
     keyPrefix: str('CADRE_KEY_PREFIX', 'cadre'),
-    logLevel: str('LOG_LEVEL', 'info'),
+    logLevel: logLevel(),
     retentionSec: int('CADRE_EVENT_RETENTION_SEC', 7 * 24 * 3600, { min: 60 }),
     maxEventsPerTask: int('CADRE_MAX_EVENTS_PER_TASK', 100_000, { min: 100 }),
     maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),

@@ -140,3 +140,55 @@ export function redactUrl(raw: string): string {
     return '[unparseable URL]';
   }
 }
+
+/** pino's levels, in order; `silent` turns logging off. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** LOG_LEVEL, checked at start-up (pino would otherwise throw its own stack trace on an unknown level). */
+export function logLevel(fallback: LogLevel = 'info'): Field<LogLevel> {
+  return oneOf('LOG_LEVEL', LOG_LEVELS, fallback);
+}
+
+/**
+ * Ends a process that cannot start because of its configuration: one line per problem on stderr, each naming the
+ * variable and what it accepts (`gateway: LOG_LEVEL: expected one of …, got "verbose"`), then exit code 1. No
+ * stack trace: the operator has nothing to debug, only a variable to fix.
+ */
+export function exitForConfig(app: string, problems: readonly string[]): never {
+  for (const problem of problems) process.stderr.write(`${app}: ${problem}\n`);
+  process.exit(1);
+}
+
+/** `parse()`, or exitForConfig with its problems when it throws a ConfigError. */
+export function configOrExit<T>(app: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (err) {
+    if (err instanceof ConfigError) exitForConfig(app, err.problems);
+    throw err;
+  }
+}
+
+/**
+ * The configuration problem behind a failed listen (port taken, not allowed, or an address this machine does not
+ * have), naming the variables that chose it; undefined for any other error.
+ */
+export function listenProblem(err: unknown, where: { port: number; host: string; portVariable?: string; hostVariable?: string }): string | undefined {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const portVariable = where.portVariable ?? 'PORT';
+  const hostVariable = where.hostVariable ?? 'HOST';
+  const at = `${where.host}:${where.port}`;
+  switch (code) {
+    case 'EADDRINUSE':
+      return `${portVariable}: port ${where.port} is already in use on ${where.host}; stop what listens there or choose another ${portVariable} (0 picks a free one)`;
+    case 'EACCES':
+      return `${portVariable}: not allowed to listen on ${at} (ports below 1024 need privileges); choose a ${portVariable} from 1024 to 65535`;
+    case 'EADDRNOTAVAIL':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `${hostVariable}: cannot listen on "${where.host}": not an address of this machine (use 127.0.0.1, 0.0.0.0 or one of its interfaces)`;
+    default:
+      return undefined;
+  }
+}

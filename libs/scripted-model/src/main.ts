@@ -1,19 +1,15 @@
 // Runs the scripted model on its own (`npm run model`). PORT (default 8081) and HOST (default 127.0.0.1).
+import { configOrExit, exitForConfig, int, listenProblem, readConfig, str } from '@cadre/config';
 import { startScriptedModel } from './server.ts';
 
-function parsePort(raw: string | undefined): number {
-  if (raw === undefined || raw === '') return 8081;
-  const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    console.error(`PORT must be an integer from 0 to 65535, got "${raw}"`);
-    process.exit(1);
-  }
-  return port;
-}
-
-const model = await startScriptedModel({
-  port: parsePort(process.env.PORT),
-  host: process.env.HOST || '127.0.0.1',
+// Bad configuration (a variable, a port in use) ends the process with one line naming the variable.
+const config = configOrExit('model', () =>
+  readConfig(process.env, { port: int('PORT', 8081, { min: 0, max: 65535 }), host: str('HOST', '127.0.0.1') }),
+);
+const model = await startScriptedModel({ port: config.port, host: config.host }).catch((err: unknown) => {
+  const problem = listenProblem(err, config);
+  if (problem) exitForConfig('model', [problem]);
+  throw err;
 });
 console.log(`scripted model listening; OPENAI_BASE_URL=${model.url}`);
 

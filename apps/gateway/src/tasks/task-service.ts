@@ -6,8 +6,12 @@ import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
 
+/** A lead that plans its own team: it has the spawn_worker tool. */
 export const DEFAULT_LEAD_INSTRUCTIONS =
   'You lead a team of agents. Plan the work, spawn workers for its parts with spawn_worker, then combine their results into one answer.';
+/** A lead whose workers the request named: it has no spawn_worker, only their results to combine. */
+export const DEFAULT_NAMED_LEAD_INSTRUCTIONS =
+  'You lead a team of agents whose workers were chosen for you and work on the goal in parallel. When they finish, combine their results into one answer.';
 export const DEFAULT_WORKER_INSTRUCTIONS = 'Do your part of the team goal and answer with your findings.';
 
 export interface TaskServiceDeps {
@@ -153,7 +157,10 @@ function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpe
     throw new ApiError('unprocessable', `team.workers has ${workers.length} workers but max_workers is ${maxWorkers}`);
   }
   return {
-    lead: { instructions: body.team?.lead?.instructions ?? DEFAULT_LEAD_INSTRUCTIONS, model: body.team?.lead?.model },
+    lead: {
+      instructions: body.team?.lead?.instructions ?? (workers.length > 0 ? DEFAULT_NAMED_LEAD_INSTRUCTIONS : DEFAULT_LEAD_INSTRUCTIONS),
+      model: body.team?.lead?.model,
+    },
     workers,
     max_workers: maxWorkers,
   };
