@@ -29,7 +29,7 @@ async function until<T>(what: string, probe: () => T | undefined | Promise<T | u
 it('npm start runs the whole stack on embedded defaults and stops all of it on SIGTERM', async () => {
   const port = await findFreePort();
   const dataDir = mkdtempSync(join(tmpdir(), 'cadre-stack-'));
-  const env: Record<string, string | undefined> = { ...process.env, PORT: String(port), CADRE_DATA_DIR: dataDir, LOG_LEVEL: 'warn', RUNS_HEARTBEAT_INTERVAL_MS: '200' };
+  const env: Record<string, string | undefined> = { ...process.env, PORT: String(port), CADRE_DATA_DIR: dataDir, LOG_LEVEL: 'info', RUNS_HEARTBEAT_INTERVAL_MS: '200' };
   // Embedded defaults only: nothing from the developer's shell may point the stack elsewhere.
   for (const name of ['REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY', 'HOST', 'WORKERS', 'VM_AGENTS']) delete env[name];
 
@@ -93,7 +93,7 @@ it('npm start runs the whole stack on embedded defaults and stops all of it on S
       return res.status === 'completed' ? res : undefined;
     }, 20_000, out);
     expect(finished.worker.worker_id).toMatch(/-1$/);
-    // The vm-agent starts once the gateway is ready: its first heartbeats are not refused (warnings show at this level).
+    // The vm-agent starts once the gateway is ready: its first heartbeats are not refused.
     expect(output).not.toMatch(/ECONNREFUSED|heartbeat failed/);
 
     stack.kill('SIGTERM');
