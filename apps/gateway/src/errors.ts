@@ -111,6 +111,7 @@ export function toApiError(err: unknown): ApiError | undefined {
       case 'session_closed':
       case 'turn_in_progress':
       case 'tool_call_finished':
+      case 'queue_full':
         return new ApiError('conflict', err.message);
       default: {
         const never: never = err.code;

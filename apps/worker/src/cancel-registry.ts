@@ -4,6 +4,7 @@ import type { KeyBuilder } from '@cadre/store';
 /** Why a running agent loop was aborted; decides what (if anything) the processor records. */
 export type AbortCause = 'cancelled' | 'shutdown' | 'lease_lost';
 
+const STEER_PREFIX = 'steer:';
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 
 /**
@@ -26,12 +27,17 @@ export interface DurableCheck {
 export class CancelRegistry {
   private readonly running = new Map<string, Set<AbortController>>();
   private readonly checks = new Map<string, DurableCheck>();
+  private readonly steerWatchers = new Map<string, Set<() => void>>();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
   async listen(opts: { subscriber: Redis; redis: Redis; keys: KeyBuilder; checkEveryMs?: number }): Promise<void> {
     const { subscriber, redis, keys } = opts;
-    subscriber.on('message', (_channel: string, taskId: string) => this.abortTask(taskId, 'cancelled'));
+    subscriber.on('message', (_channel: string, message: string) => {
+      // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-6.lua), not a cancel.
+      if (message.startsWith(STEER_PREFIX)) this.steer(message.slice(STEER_PREFIX.length));
+      else this.abortTask(message, 'cancelled');
+    });
     subscriber.on('ready', () => void this.checkStatuses(redis, keys));
     await subscriber.subscribe(keys.cancelChannel());
     const every = opts.checkEveryMs ?? 1_000;
@@ -78,6 +84,21 @@ export class CancelRegistry {
       this.running.delete(taskId);
       this.checks.delete(taskId);
     }
+  }
+
+  /** Calls `onSteer` for each immediate steer of the session until the returned function is called. */
+  watchSteering(sessionId: string, onSteer: () => void): () => void {
+    let set = this.steerWatchers.get(sessionId);
+    if (!set) this.steerWatchers.set(sessionId, (set = new Set()));
+    set.add(onSteer);
+    return () => {
+      set.delete(onSteer);
+      if (set.size === 0) this.steerWatchers.delete(sessionId);
+    };
+  }
+
+  private steer(sessionId: string): void {
+    for (const onSteer of this.steerWatchers.get(sessionId) ?? []) onSteer();
   }
 
   abortTask(taskId: string, cause: AbortCause): void {

@@ -58,6 +58,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     runner: new TurnRunner({
       store: sessionStore, queue: sessionQueue, model, hostId: config.hostId, flushMs: config.sessionFlushMs,
       maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
+      watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
     }),
     cancels,
     keys,

@@ -40,7 +40,20 @@ export interface SessionEventPayloads {
   tools_registered: { source: string; tools: string[] };
   context_compacted: { tokens_before: number; tokens_after: number; messages_before: number; messages_after: number; summary: string };
   session_closed: { reason: string };
+  /** A steer or follow-up sent while a turn runs waits in its queue (`position` 1 = next). */
+  input_queued: { input_id: string; kind: InputKind; content: string; position: number };
+  /** The queued (or immediate) input joined the transcript in turn `turn`. */
+  input_delivered: { input_id: string; kind: InputKind; turn: number; content: string };
+  /** The input was never delivered (an abort cleared the queues). */
+  input_dropped: { input_id: string; kind: InputKind; reason: string };
 }
+
+/** Inputs that reach a session outside a plain user message. */
+export type InputKind = 'steer' | 'follow_up';
+export const STEERING_MODES = ['one-at-a-time', 'all'] as const;
+export const INTERRUPT_MODES = ['immediate', 'wait'] as const;
+export type SteeringMode = (typeof STEERING_MODES)[number];
+export type InterruptMode = (typeof INTERRUPT_MODES)[number];
 
 export type SessionEventType = keyof SessionEventPayloads;
 

@@ -8,7 +8,8 @@ export type SessionErrorCode =
   | 'session_closed'
   | 'turn_in_progress'
   | 'tool_call_not_found'
-  | 'tool_call_finished';
+  | 'tool_call_finished'
+  | 'queue_full';
 
 export class SessionEngineError extends Error {
   readonly code: SessionErrorCode;

@@ -1,7 +1,7 @@
 // @cadre/session: the session engine every interactive edge shares. SessionEngine is the command side (create,
 // message, tool result, register tools, cancel, close, read and watch the log); TurnRunner is the durable turn
 // loop the worker pool runs; SessionQueue puts turns and tool deadlines on the agent queue.
-export { SessionEngine, parseArguments, type Scope, type StartInput, type MessageInput, type ToolResultInput, type HistoryInput, type SessionEngineDeps } from './session-engine.ts';
+export { SessionEngine, parseArguments, type Scope, type StartInput, type MessageInput, type ToolResultInput, type HistoryInput, type SessionEngineDeps, type QueuedInputOutcome } from './session-engine.ts';
 export { TurnRunner, type TurnRunnerDeps, type TurnRunOutcome } from './turn-runner.ts';
 export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, turnJobId, deadlineJobId, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData } from './session-queue.ts';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';

@@ -17,4 +17,6 @@ export const SESSION_LIMITS = {
   reason: 500,
   model: 200,
   maxContextTokens: 10_000_000,
+  /** Steering (or follow-up) messages waiting in one session. */
+  queuedInputs: 100,
 } as const;

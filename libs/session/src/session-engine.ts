@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { isUuid, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
-import { StoreError, type EventFanout, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
+import { StoreError, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import type { SessionQueue } from './session-queue.ts';
@@ -32,6 +32,14 @@ export interface MessageInput {
   /** A full tool snapshot for this turn (roz UserMessage.tools); absent = the session's tools. */
   tools?: ToolInput[];
   system_context?: string;
+}
+
+/** What a steer or follow-up did at once: queued behind the running turn, or started a turn. */
+export interface QueuedInputOutcome {
+  input_id: string;
+  kind: InputKind;
+  outcome: 'queued' | 'started';
+  position?: number;
 }
 
 export interface ToolResultInput {
@@ -113,6 +121,55 @@ export class SessionEngine {
     }));
     await this.deps.queue.enqueueTurn(sessionId, wake);
     return { message_id: messageId };
+  }
+
+  /**
+   * A steer (delivered at the running turn's next model-turn boundary) or a follow-up (run as a turn after it).
+   * With no turn running it starts one at once. Its outcome follows in the log: input_queued, then
+   * input_delivered (with the turn) or input_dropped.
+   */
+  async queueInput(scope: Scope, sessionId: string, kind: InputKind, input: { content: string; input_id?: string }): Promise<QueuedInputOutcome> {
+    checkText(input.content, L.content, 'content', true);
+    const inputId = input.input_id || randomUUID();
+    checkText(inputId, L.messageId, 'input_id');
+    await this.access(scope, sessionId);
+    const result = await this.mapped(this.deps.store.queueInput(sessionId, kind, { input_id: inputId, content: input.content }, L.queuedInputs));
+    if (result.kind === 'queued') return { input_id: inputId, kind, outcome: 'queued', position: result.position };
+    await this.deps.queue.enqueueTurn(sessionId, result.wake);
+    return { input_id: inputId, kind, outcome: 'started' };
+  }
+
+  /**
+   * abort (no prompt) / abort_and_prompt: queued inputs are dropped (input_dropped), the turn in progress ends
+   * (stop_reason cancelled) and the prompt, if any, starts the next turn in the same step.
+   */
+  async abort(scope: Scope, sessionId: string, prompt?: { content: string; message_id?: string }): Promise<{ aborted: boolean; dropped: number; message_id: string | null }> {
+    let messageId: string | null = null;
+    if (prompt) {
+      checkText(prompt.content, L.content, 'content', true);
+      messageId = prompt.message_id || randomUUID();
+      checkText(messageId, L.messageId, 'message_id');
+    }
+    await this.access(scope, sessionId);
+    const result = await this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined));
+    if (result.wake > 0) await this.deps.queue.enqueueTurn(sessionId, result.wake);
+    return { aborted: result.aborted, dropped: result.dropped, message_id: messageId };
+  }
+
+  /** Steering, follow-up and interrupt modes; they apply from the next boundary on. */
+  async setInputModes(scope: Scope, sessionId: string, modes: InputModes): Promise<SessionRecord> {
+    const known = new Set(['steering_mode', 'follow_up_mode', 'interrupt_mode']);
+    for (const key of Object.keys(modes)) if (!known.has(key)) throw invalid(`unknown mode "${key.slice(0, 64)}"`);
+    for (const key of ['steering_mode', 'follow_up_mode'] as const) {
+      const mode = modes[key];
+      if (mode !== undefined && !(STEERING_MODES as readonly string[]).includes(mode)) throw invalid(`${key} must be one of ${STEERING_MODES.join(', ')}`);
+    }
+    if (modes.interrupt_mode !== undefined && !(INTERRUPT_MODES as readonly string[]).includes(modes.interrupt_mode)) {
+      throw invalid(`interrupt_mode must be one of ${INTERRUPT_MODES.join(', ')}`);
+    }
+    await this.access(scope, sessionId);
+    await this.mapped(this.deps.store.setInputModes(sessionId, modes));
+    return this.get(scope, sessionId);
   }
 
   /** A client's answer to a ToolRequest; wakes the parked turn when it was the last one it waited for. */
@@ -227,6 +284,8 @@ export class SessionEngine {
           throw new SessionEngineError('tool_call_not_found', err.message);
         case 'tool_call_finished':
           throw new SessionEngineError('tool_call_finished', err.message);
+        case 'queue_full':
+          throw new SessionEngineError('queue_full', `${err.message} (at most ${L.queuedInputs} per queue)`);
         case 'too_many_tools':
           throw new SessionEngineError('invalid_argument', `${err.message} (at most ${L.tools})`);
         default:

@@ -53,6 +53,8 @@ export function nextStep(state: TurnState): TurnStep {
     }
   }
   if (lastAssistant === -1) return { kind: 'model' };
+  // Steering delivered after the model's last answer (or after a stream a steer cut short): the model goes again.
+  if (transcript.slice(lastAssistant + 1).some((m) => m.role === 'user')) return { kind: 'model' };
   const assistant = transcript[lastAssistant] as Extract<TranscriptMessage, { role: 'assistant' }>;
   const calls = (assistant.tool_calls ?? []) as ChatCompletionMessageFunctionToolCall[];
   if (calls.length === 0) return { kind: 'finish' };

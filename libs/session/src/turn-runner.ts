@@ -19,6 +19,11 @@ export interface TurnRunnerDeps {
   maxModelCalls?: number;
   /** A client tool's deadline when neither the call's tool nor the session sets one. */
   defaultToolTimeoutMs?: number;
+  /**
+   * Calls `onSteer` when a steer in interrupt mode `immediate` reaches the session (the worker's cancel
+   * listener); returns the unsubscribe. Without it steers wait for the next boundary (mode `wait`).
+   */
+  watchSteering?: (sessionId: string, onSteer: () => void) => () => void;
 }
 
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
@@ -34,10 +39,12 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<TurnRunnerDeps>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering'>>;
+  private readonly watchSteering: TurnRunnerDeps['watchSteering'];
 
   constructor(deps: TurnRunnerDeps) {
     this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
+    this.watchSteering = deps.watchSteering;
   }
 
   /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
@@ -61,6 +68,8 @@ export class TurnRunner {
             await this.endTurn(state, lease, [], state.turn_usage, 'max_turns');
             return 'finished';
           }
+          // A model-turn boundary: queued steering joins the transcript before the model is called.
+          if ((await store.deliverSteering(sessionId, lease)) > 0) break;
           if (await this.modelCall(state, lease, signal)) return 'finished';
           break;
         }
@@ -81,8 +90,8 @@ export class TurnRunner {
         }
         case 'finish':
           // The answer was committed but the turn not ended (only after a lost attempt: the two go together).
-          await this.endTurn(state, lease, [], state.turn_usage, 'end_turn');
-          return 'finished';
+          if (await this.endTurn(state, lease, [], state.turn_usage, 'end_turn')) return 'finished';
+          break;
         default: {
           const never: never = step;
           throw new Error(`unknown step ${String(never)}`);
@@ -110,7 +119,11 @@ export class TurnRunner {
     const sid = state.session_id;
     await store.commitTurn(sid, lease, { events: [{ event_type: 'activity', payload: { state: 'thinking', detail: '' } }] });
     const stepAbort = new AbortController();
-    const stepSignal = AbortSignal.any([signal, stepAbort.signal]);
+    // A steer in interrupt mode `immediate` cuts the stream short; the turn goes on with it (not an abort).
+    const steered = new AbortController();
+    const unwatch = this.watchSteering?.(sid, () => steered.abort(new Error('steered')));
+    const stepSignal = AbortSignal.any([signal, stepAbort.signal, steered.signal]);
+    let answered = '';
     const buffer = new DeltaBuffer({
       messageId: state.message_id,
       flushMs: this.deps.flushMs,
@@ -124,10 +137,19 @@ export class TurnRunner {
     let turn;
     try {
       turn = await untilAborted(
-        streamModelTurn(this.deps.model, { model: state.model, messages: modelMessages(state), tools }, stepSignal, (kind, text) => buffer.add(kind, text)),
+        streamModelTurn(this.deps.model, { model: state.model, messages: modelMessages(state), tools }, stepSignal, (kind, text) => {
+          if (kind === 'text') answered += text;
+          buffer.add(kind, text);
+        }),
         stepSignal,
       );
     } catch (err) {
+      if (steered.signal.aborted && !signal.aborted && !stepAbort.signal.aborted) {
+        // What the model had said stays in the transcript (the client saw it), then the steering message.
+        const rest = await buffer.drain();
+        await store.deliverSteering(sid, lease, { messages: answered ? [{ role: 'assistant', content: answered }] : [], events: rest });
+        return false;
+      }
       if (stepSignal.aborted) {
         buffer.stop();
         // A fenced delta write (lease lost, turn cancelled) surfaces as its own error, not as an abort.
@@ -136,14 +158,15 @@ export class TurnRunner {
       const rest = await buffer.drain();
       await this.endTurn(state, lease, [...rest, { event_type: 'session_error', payload: { code: 'model_error', message: modelErrorMessage(err), retryable: true } }], state.turn_usage, 'error');
       return true;
+    } finally {
+      unwatch?.();
     }
     const rest = await buffer.drain();
     const usage = addUsage(state.turn_usage, turn.usage);
     const calls = turn.toolCalls;
     if (calls.length === 0) {
       const stopReason = !turn.finishReason || turn.finishReason === 'stop' ? 'end_turn' : turn.finishReason === 'length' ? 'max_tokens' : turn.finishReason;
-      await this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
-      return true;
+      return this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
     }
     const clientTools = new Map(state.tools.map((t) => [t.name, t]));
     const now = Date.now();
@@ -184,17 +207,16 @@ export class TurnRunner {
     });
   }
 
-  private async endTurn(state: TurnState, lease: string, events: SessionEventInput[], usage: TokenUsage, stopReason: string, messages: object[] = []): Promise<void> {
-    const commit: TurnCommit = {
-      messages,
-      fields: { turn_usage: JSON.stringify(usage), status: 'idle', lease: '' },
-      events: [
-        ...events,
-        { event_type: 'turn_complete', payload: { message_id: state.message_id, usage, stop_reason: stopReason } },
-        { event_type: 'activity', payload: { state: 'idle', detail: '' } },
-      ],
-    };
-    await this.deps.store.commitTurn(state.session_id, lease, commit);
+  /**
+   * Ends the turn, unless steering waits (a normal end then delivers it and the turn goes on: false). Queued
+   * inputs start the next turn in the same step; its job is enqueued here.
+   */
+  private async endTurn(state: TurnState, lease: string, events: SessionEventInput[], usage: TokenUsage, stopReason: string, messages: object[] = []): Promise<boolean> {
+    const commit: TurnCommit = { messages, fields: { turn_usage: JSON.stringify(usage) }, events };
+    const end = await this.deps.store.finishTurn(state.session_id, lease, commit, stopReason);
+    if (end.kind === 'continue') return false;
+    if (end.next > 0) await this.deps.queue.enqueueTurn(state.session_id, end.next);
+    return true;
   }
 
   /** Lets go of the turn without ending it (worker shutdown): the job is handed back and resumed elsewhere. */

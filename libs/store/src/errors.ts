@@ -19,7 +19,8 @@ export type StoreErrorCode =
   | 'no_turn'
   | 'tool_call_not_found'
   | 'tool_call_finished'
-  | 'too_many_tools';
+  | 'too_many_tools'
+  | 'queue_full';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;
@@ -83,6 +84,8 @@ export function sessionScriptError(code: number, what: string): StoreError {
       return new StoreError('tool_call_finished', `${what}: this tool call already has its result`);
     case -11:
       return new StoreError('too_many_tools', `${what}: the session would have too many client tools`);
+    case -12:
+      return new StoreError('queue_full', `${what}: too many messages are already queued in this session`);
     default:
       return new Error(`${what}: unexpected script result ${code}`) as StoreError;
   }

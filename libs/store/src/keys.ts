@@ -23,6 +23,8 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{s:<id>}:events      stream: the session's ordered log, entry id `<seq>-0`
  *   <prefix>:{s:<id>}:transcript  list: the conversation as chat messages (JSON), one per model-turn boundary
  *   <prefix>:{s:<id>}:calls       hash: tool_call_id → the current turn's client tool call (JSON)
+ *   <prefix>:{s:<id>}:steer       list: queued steering messages (JSON {input_id, content, queued_at}), oldest first
+ *   <prefix>:{s:<id>}:followup    list: queued follow-up messages, same shape (see lua/includes/session-inputs.lua)
  *
  * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId|sessionId> <seq>`) wakes event tails;
  * `<prefix>:cancel` (message `<taskId|sessionId>`) reaches running agent loops.
@@ -32,6 +34,8 @@ export interface SessionKeys {
   events: string;
   transcript: string;
   calls: string;
+  steer: string;
+  followUp: string;
 }
 
 export interface TaskKeys {
@@ -54,7 +58,9 @@ export class KeyBuilder {
 
   session(sessionId: string): SessionKeys {
     const tag = `${this.prefix}:{s:${sessionId}}`;
-    return { meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls` };
+    return {
+      meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls`, steer: `${tag}:steer`, followUp: `${tag}:followup`,
+    };
   }
 
   idempotency(workspaceId: string, key: string): string {

@@ -68,6 +68,11 @@ export interface StoreScripts {
   cancelTurn(...args: ScriptArg[]): Promise<number>;
   closeSession(...args: ScriptArg[]): Promise<number>;
   registerTools(...args: ScriptArg[]): Promise<number>;
+  queueInput(...args: ScriptArg[]): Promise<[number, number?]>;
+  deliverSteering(...args: ScriptArg[]): Promise<number>;
+  finishTurn(...args: ScriptArg[]): Promise<[number, number?]>;
+  abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
+  setInputModes(...args: ScriptArg[]): Promise<number>;
 }
 
 export function scriptsOf(redis: Redis): StoreScripts {

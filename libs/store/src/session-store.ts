@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { isTerminalSessionEvent, type SessionEvent, type SessionEventInput, type SessionStatus, type ToolOutcome } from '@cadre/protocol';
+import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
 import { checkCursor, sessionScriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import type { StreamEntry } from './event-codec.ts';
-import type { ClientCall, ClientTool, NewSession, SessionRecord, TurnState } from './session-types.ts';
+import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
 
 export interface SessionStoreOptions {
   redis: Redis;
@@ -58,6 +58,12 @@ export class SessionStore {
     return [k.meta, k.events, k.transcript, k.calls];
   }
 
+  /** The session keys plus its steer and follow-up lists (the *-6 scripts). */
+  private k6(sessionId: string): string[] {
+    const k = this.keys.session(sessionId);
+    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp];
+  }
+
   private get channel(): string {
     return this.keys.appendedChannel();
   }
@@ -85,11 +91,11 @@ export class SessionStore {
 
   async getSession(sessionId: string): Promise<SessionRecord | null> {
     const k = this.keys.session(sessionId);
-    const replies = await this.redis.multi().hgetall(k.meta).hvals(k.calls).exec();
-    const [[e1, meta], [e2, calls]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]]];
-    if (e1 ?? e2) throw e1 ?? e2;
+    const replies = await this.redis.multi().hgetall(k.meta).hvals(k.calls).lrange(k.steer, 0, -1).lrange(k.followUp, 0, -1).exec();
+    const [[e1, meta], [e2, calls], [e3, steer], [e4, followUp]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]], [Error | null, string[]], [Error | null, string[]]];
+    if (e1 ?? e2 ?? e3 ?? e4) throw e1 ?? e2 ?? e3 ?? e4;
     if (!meta.session_id) return null;
-    return toSessionRecord(meta, parseCalls(calls));
+    return { ...toSessionRecord(meta, parseCalls(calls)), ...inputState(meta, steer, followUp) };
   }
 
   /** Workspace (auth), status and last seq in one read; null when there is no such session. */
@@ -204,6 +210,55 @@ export class SessionStore {
     return count;
   }
 
+  /**
+   * A steer or follow-up: queued while a turn is in progress (`queued` with its 1-based position), or the start
+   * of a turn on an idle session (`started` with the wake to enqueue). Throws session_not_found, session_closed,
+   * queue_full.
+   */
+  async queueInput(sessionId: string, kind: InputKind, input: { input_id: string; content: string }, maxQueued: number): Promise<{ kind: 'queued'; position: number } | { kind: 'started'; wake: number }> {
+    const entry = JSON.stringify({ input_id: input.input_id, content: input.content, queued_at: new Date().toISOString() });
+    const [code, value] = await this.scripts.queueInput(...this.k6(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.channel, this.keys.cancelChannel());
+    if (code < 0) throw sessionScriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
+    return code === 1 ? { kind: 'started', wake: value ?? 0 } : { kind: 'queued', position: value ?? 0 };
+  }
+
+  /** A model-turn boundary: delivers queued steering (after `before`, a cut-short answer); returns how many. */
+  async deliverSteering(sessionId: string, lease: string, before: { messages?: object[]; events?: SessionEventInput[] } = {}): Promise<number> {
+    const n = await this.scripts.deliverSteering(
+      ...this.k6(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
+      JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.channel,
+    );
+    if (n < 0) throw sessionScriptError(n, 'deliver steering');
+    return n;
+  }
+
+  /**
+   * The turn's last step (lua/finishTurn-6.lua): `continue` when steering arrived and the turn goes on, else the
+   * turn ended and `next` is the wake of the turn queued inputs started (0 = none).
+   */
+  async finishTurn(sessionId: string, lease: string, step: TurnCommit, stopReason: string): Promise<{ kind: 'continue' } | { kind: 'ended'; next: number }> {
+    const [code, wake] = await this.scripts.finishTurn(
+      ...this.k6(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
+      JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.channel,
+    );
+    if (code < 0) throw sessionScriptError(code, 'finish turn');
+    return code === 2 ? { kind: 'continue' } : { kind: 'ended', next: wake ?? 0 };
+  }
+
+  /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
+  async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ aborted: boolean; dropped: number; wake: number }> {
+    const [code, dropped, wake] = await this.scripts.abortTurn(
+      ...this.k6(sessionId), sessionId, this.maxEvents, this.channel, this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
+    );
+    if (code < 0) throw sessionScriptError(code, 'abort');
+    return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
+  }
+
+  async setInputModes(sessionId: string, modes: InputModes): Promise<void> {
+    const code = await this.scripts.setInputModes(this.keys.session(sessionId).meta, JSON.stringify(modes));
+    if (code < 0) throw sessionScriptError(code, 'set modes');
+  }
+
   /** Events after `afterSeq` with the session's workspace and status from the same round trip; cursor errors throw. */
   async readEvents(sessionId: string, afterSeq: number, limit: number): Promise<SessionEventPage | null> {
     const k = this.keys.session(sessionId);
@@ -242,6 +297,20 @@ export function decodeSessionEntry([id, flat]: StreamEntry): SessionEvent {
   } as SessionEvent;
 }
 
+function encodeEvents(events: SessionEventInput[] | undefined): { t: string; p: string }[] {
+  return (events ?? []).map((e) => ({ t: e.event_type, p: JSON.stringify(e.payload) }));
+}
+
+function inputState(meta: Record<string, string>, steer: string[], followUp: string[]): Pick<SessionRecord, 'steering_mode' | 'follow_up_mode' | 'interrupt_mode' | 'queued_steering' | 'queued_follow_ups'> {
+  return {
+    steering_mode: (meta.steering_mode || 'one-at-a-time') as SteeringMode,
+    follow_up_mode: (meta.follow_up_mode || 'one-at-a-time') as SteeringMode,
+    interrupt_mode: (meta.interrupt_mode || 'immediate') as InterruptMode,
+    queued_steering: steer.map((e) => JSON.parse(e) as QueuedInput),
+    queued_follow_ups: followUp.map((e) => JSON.parse(e) as QueuedInput),
+  };
+}
+
 function parseTools(raw: string | undefined): ClientTool[] {
   return (JSON.parse(raw ?? '[]') as string[]).map((t) => JSON.parse(t) as ClientTool);
 }
@@ -252,7 +321,7 @@ function parseCalls(raw: string[]): ClientCall[] {
 
 const iso = (ms: string | undefined): string => new Date(Number(ms ?? 0)).toISOString();
 
-function toSessionRecord(meta: Record<string, string>, calls: ClientCall[]): SessionRecord {
+function toSessionRecord(meta: Record<string, string>, calls: ClientCall[]): Omit<SessionRecord, keyof ReturnType<typeof inputState>> {
   return {
     session_id: meta.session_id!,
     workspace_id: meta.workspace_id!,

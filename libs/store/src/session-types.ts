@@ -1,4 +1,4 @@
-import type { SessionStatus, TokenUsage } from '@cadre/protocol';
+import type { InterruptMode, SessionStatus, SteeringMode, TokenUsage } from '@cadre/protocol';
 
 /** A tool the client runs (roz ToolSchema), as the session stores it. `source` groups RegisterTools sets. */
 export interface ClientTool {
@@ -55,6 +55,25 @@ export interface SessionRecord {
   updated_at: string;
   closed_reason: string | null;
   last_seq: number;
+  steering_mode: SteeringMode;
+  follow_up_mode: SteeringMode;
+  interrupt_mode: InterruptMode;
+  /** Steering and follow-up messages waiting for the running turn, oldest first. */
+  queued_steering: QueuedInput[];
+  queued_follow_ups: QueuedInput[];
+}
+
+/** A queued steer or follow-up (lists `steer` / `followup`, see keys.ts). */
+export interface QueuedInput {
+  input_id: string;
+  content: string;
+  queued_at: string;
+}
+
+export interface InputModes {
+  steering_mode?: SteeringMode;
+  follow_up_mode?: SteeringMode;
+  interrupt_mode?: InterruptMode;
 }
 
 /** What a turn's job reads at each step: the turn's settings, the transcript and the client calls. */

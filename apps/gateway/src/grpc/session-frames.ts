@@ -46,6 +46,9 @@ export function toSessionResponse(sessionId: string, event: SessionEvent): Sessi
     case 'tool_result':
     case 'tools_registered':
     case 'session_closed':
+    case 'input_queued':
+    case 'input_delivered':
+    case 'input_dropped':
       return null;
     default: {
       const never: never = event;

@@ -1,12 +1,13 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import type { SessionEngine } from '@cadre/session';
+import { SessionEngineError, type SessionEngine } from '@cadre/session';
+import type { InputModes } from '@cadre/store';
 import type { Principal } from '../../auth.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { resumeCursor } from '../sse.ts';
 import { eventsQuery, streamQuery } from '../schemas/tasks.schema.ts';
 import {
-  createSessionBody, messageBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
-  type CreateSessionBody, type MessageBody, type RegisterToolsBody, type ToolResultBody,
+  abortBody, createSessionBody, inputBody, messageBody, modesBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
+  type AbortBody, type CreateSessionBody, type InputBody, type MessageBody, type RegisterToolsBody, type ToolResultBody,
 } from '../schemas/sessions.schema.ts';
 
 export interface SessionRoutesDeps {
@@ -38,8 +39,35 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
 
   app.post<{ Params: Params; Body: MessageBody }>('/api/sessions/:session_id/messages', { schema: { params: sessionParams, body: messageBody } }, async (request, reply) => {
     const { session_id } = request.params;
-    const { message_id } = await sessions.sendMessage(request.principal, session_id, request.body);
-    return reply.status(202).send({ session_id, message_id });
+    const { streaming_behavior, ...message } = request.body;
+    try {
+      const { message_id } = await sessions.sendMessage(request.principal, session_id, message);
+      return await reply.status(202).send({ session_id, message_id });
+    } catch (err) {
+      if (!streaming_behavior || !(err instanceof SessionEngineError) || err.code !== 'turn_in_progress') throw err;
+      const input = { content: message.content, ...(message.message_id && { input_id: message.message_id }) };
+      const queued = await sessions.queueInput(request.principal, session_id, streaming_behavior, input);
+      return reply.status(202).send({ session_id, message_id: queued.input_id, ...queued });
+    }
+  });
+
+  app.post<{ Params: Params; Body: InputBody }>('/api/sessions/:session_id/steer', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
+    const { session_id } = request.params;
+    return reply.status(202).send({ session_id, ...(await sessions.queueInput(request.principal, session_id, 'steer', request.body)) });
+  });
+
+  app.post<{ Params: Params; Body: InputBody }>('/api/sessions/:session_id/follow-ups', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
+    const { session_id } = request.params;
+    return reply.status(202).send({ session_id, ...(await sessions.queueInput(request.principal, session_id, 'follow_up', request.body)) });
+  });
+
+  app.post<{ Params: Params; Body: AbortBody | null }>('/api/sessions/:session_id/abort', { schema: { params: sessionParams, body: abortBody } }, async (request) => {
+    const { session_id } = request.params;
+    return { session_id, ...(await sessions.abort(request.principal, session_id, request.body?.prompt)) };
+  });
+
+  app.patch<{ Params: Params; Body: InputModes }>('/api/sessions/:session_id/modes', { schema: { params: sessionParams, body: modesBody } }, async (request) => {
+    return { session: await sessions.setInputModes(request.principal, request.params.session_id, request.body) };
   });
 
   app.post<{ Params: Params; Body: ToolResultBody }>('/api/sessions/:session_id/tool-results', { schema: { params: sessionParams, body: toolResultBody } }, async (request) => {

@@ -51,6 +51,8 @@ export const messageBody = {
     message_id: { type: 'string', minLength: 1, maxLength: 128 },
     tools,
     system_context: text(20_000),
+    /** While a turn runs: queue the message as a steer or a follow-up instead of refusing it (409). */
+    streaming_behavior: { enum: ['steer', 'follow_up'] },
   },
 } as const;
 
@@ -94,6 +96,7 @@ export interface MessageBody {
   message_id?: string;
   tools?: ToolInput[];
   system_context?: string;
+  streaming_behavior?: 'steer' | 'follow_up';
 }
 export type ToolResultBody = ToolResultInput;
 export interface RegisterToolsBody {
@@ -101,3 +104,46 @@ export interface RegisterToolsBody {
   tools: ToolInput[];
   system_context?: string;
 }
+
+/** A steer or follow-up (POST /steer, /follow-ups). */
+export const inputBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['content'],
+  properties: {
+    content: { type: 'string', minLength: 1, maxLength: 100_000 },
+    input_id: { type: 'string', minLength: 1, maxLength: 128 },
+  },
+} as const;
+export interface InputBody {
+  content: string;
+  input_id?: string;
+}
+
+/** abort, or abort-and-prompt with `prompt`. */
+export const abortBody = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: {
+    prompt: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['content'],
+      properties: { content: { type: 'string', minLength: 1, maxLength: 100_000 }, message_id: { type: 'string', minLength: 1, maxLength: 128 } },
+    },
+  },
+} as const;
+export interface AbortBody {
+  prompt?: { content: string; message_id?: string };
+}
+
+export const modesBody = {
+  type: 'object',
+  additionalProperties: false,
+  minProperties: 1,
+  properties: {
+    steering_mode: { enum: ['one-at-a-time', 'all'] },
+    follow_up_mode: { enum: ['one-at-a-time', 'all'] },
+    interrupt_mode: { enum: ['immediate', 'wait'] },
+  },
+} as const;

@@ -1,0 +1,77 @@
+-- Steering and follow-up queues (inlined at `--@include session-inputs`), for scripts whose keys are the four
+-- session keys plus KEYS[5] the steer list and KEYS[6] the follow-up list. Each entry is JSON
+-- {input_id, content, queued_at}. The meta hash holds the modes: `steering_mode` and `follow_up_mode`
+-- ('one-at-a-time' (default) | 'all') and `interrupt_mode` ('immediate' (default) | 'wait').
+-- Every input gets exactly one outcome event after input_queued: input_delivered (with the turn) or input_dropped.
+--@include session-log
+
+local steerKey, followKey = KEYS[5], KEYS[6]
+
+local function inputMode(field)
+  local mode = redis.call('HGET', metaKey, field)
+  if mode == false or mode == '' then return 'one-at-a-time' end
+  return mode
+end
+
+-- Removes and returns the queued entries (decoded) a boundary takes: the oldest one, or all of them.
+local function takeInputs(key, mode)
+  local raw
+  if mode == 'all' then
+    raw = redis.call('LRANGE', key, 0, -1)
+    redis.call('DEL', key)
+  else
+    local one = redis.call('LPOP', key)
+    raw = one and { one } or {}
+  end
+  local out = {}
+  for _, r in ipairs(raw) do table.insert(out, cjson.decode(r)) end
+  return out
+end
+
+-- The inputs join the transcript as user messages; each gets its input_delivered event at `turn`.
+local function deliverInputs(sessionId, maxLen, channel, kind, inputs, turn)
+  for _, input in ipairs(inputs) do
+    redis.call('RPUSH', transcriptKey, cjson.encode({ role = 'user', content = input.content }))
+    appendEvent(sessionId, maxLen, channel, 'input_delivered',
+      cjson.encode({ input_id = input.input_id, kind = kind, turn = turn, content = input.content }))
+  end
+end
+
+-- Starts a turn on an idle session (as startTurn-4.lua does, with the session's tools): the caller pushes the
+-- turn's user messages after this. Returns the new wake and turn number.
+local function beginTurn(sessionId, maxLen, channel, messageId, content)
+  local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
+  local turn = redis.call('HINCRBY', metaKey, 'turn', 1)
+  redis.call('HSET', metaKey, 'status', 'running', 'message_id', messageId, 'lease', '', 'attempt', 0,
+    'turn_usage', '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}', 'turn_tools', '',
+    'turn_system_context', '', 'turn_started_len', redis.call('LLEN', transcriptKey), 'updated_at', nowMs())
+  redis.call('DEL', callsKey)
+  appendEvent(sessionId, maxLen, channel, 'user_message', cjson.encode({ message_id = messageId, content = content, turn = turn }))
+  return wake, turn
+end
+
+-- After a turn ended: queued inputs start the next one (steering left over from a turn that ended early first,
+-- then follow-ups by the follow-up mode). Returns the new wake, or 0 when nothing was queued.
+local function continueWithQueued(sessionId, maxLen, channel)
+  local steers = takeInputs(steerKey, 'all')
+  local follows = takeInputs(followKey, inputMode('follow_up_mode'))
+  local first = steers[1] or follows[1]
+  if not first then return 0 end
+  local wake, turn = beginTurn(sessionId, maxLen, channel, first.input_id, first.content)
+  deliverInputs(sessionId, maxLen, channel, 'steer', steers, turn)
+  deliverInputs(sessionId, maxLen, channel, 'follow_up', follows, turn)
+  touchSession(tonumber(redis.call('HGET', metaKey, 'ttl')))
+  return wake
+end
+
+-- Drops every queued input with its input_dropped event; returns how many.
+local function dropInputs(sessionId, maxLen, channel, reason)
+  local n = 0
+  for _, pair in ipairs({ { steerKey, 'steer' }, { followKey, 'follow_up' } }) do
+    for _, input in ipairs(takeInputs(pair[1], 'all')) do
+      appendEvent(sessionId, maxLen, channel, 'input_dropped', cjson.encode({ input_id = input.input_id, kind = pair[2], reason = reason }))
+      n = n + 1
+    end
+  end
+  return n
+end
