@@ -1,105 +1,87 @@
 // Heartbeats of 200 simulated VM agents against the real gateway (one Lua script per heartbeat), side by side
-// with a bare Fastify route answering fixed JSON, on the same machine in the same run; then the latency at half
-// the gateway's throughput, and how long stop-all takes over 1,000 active runs.
+// with a bare Fastify route answering fixed JSON. The client is a process of its own (bench/load/heartbeat-
+// client.ts); gateway and route each run in theirs with bench/support/probe.ts loaded. Rounds alternate
+// gateway, route, gateway, route...: first closed loop (throughput), then open loop at half the gateway's median
+// throughput (latency), with the gateway's event-loop delay, GC and Redis's Lua time beside each sample; then how
+// long stop-all takes over 1,000 active runs.
 //   npm exec -- node bench/heartbeat.bench.ts
-import { spawn } from 'node:child_process';
-import http from 'node:http';
-import { summarize } from './support/latency.ts';
-import { REPO, spawnGateway, startPrivateRedis } from './support/harness.ts';
-import { printTable, note, saveResults } from './support/report.ts';
-import { round } from './support/redis-stats.ts';
+import { readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
+import { loadText } from './support/machine.ts';
+import { spawnNode, type Message } from './support/procs.ts';
+import { RedisStats, round } from './support/redis-stats.ts';
+import { note, printTable, saveResults } from './support/report.ts';
+import { alternate, median, range } from './support/rounds.ts';
+import type { LatencySummary } from './support/latency.ts';
 
 const AGENTS = 200;
 const WORKSPACES = 20;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const RUNS_KEY = 'bench-runs-key';
 const CONTROL_KEY = 'bench-control-key';
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: AGENTS });
-
-function post(port: number, path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
-  const payload = JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      { host: '127.0.0.1', port, path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), 'x-windie-runs-key': RUNS_KEY, ...headers } },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+interface Closed { rate: number; errors: number; client_cpu_s: number; client_loop_delay_p99_ms: number; server_cpu_s: number }
+interface Open {
+  latency: LatencySummary; errors: number; achieved: number; client_cpu_s: number; client_loop_delay_p99_ms: number; server_cpu_s: number;
+  server: ProbeReport;
+  /** Gateway only: the heartbeat script's mean time inside Redis, and commands slower than 1 ms. */
+  lua_us_per_call?: number;
+  redis_slow?: { entries: number; slowest: string[] };
 }
 
-const heartbeat = (i: number) => ({ workspace_id: `ws-${i % WORKSPACES}`, worker_id: `agent-${i}`, vm_id: `vm-${i}`, status: 'ready', metadata: {}, acked_command_ids: [] });
-
-/** Each agent beats back to back for `seconds`: the server's capacity with 200 concurrent clients. */
-async function closedLoop(port: number, seconds: number): Promise<{ rate: number; errors: number }> {
-  const end = performance.now() + seconds * 1000;
-  let done = 0;
-  let errors = 0;
-  await Promise.all(
-    Array.from({ length: AGENTS }, async (_, i) => {
-      while (performance.now() < end) {
-        const res = await post(port, '/api/runs/workers/heartbeat', heartbeat(i));
-        if (res.status === 200) done++;
-        else errors++;
-      }
-    }),
-  );
-  return { rate: done / seconds, errors };
-}
-
-/** Heartbeats at a fixed total rate spread over the agents; returns latency percentiles. */
-async function openLoop(port: number, perSecond: number, seconds: number) {
-  const count = Math.floor(perSecond * seconds);
-  const samples = new Float64Array(count).fill(NaN);
-  const pending: Promise<void>[] = [];
-  const start = performance.now();
-  for (let i = 0; i < count; i++) {
-    const due = start + (i * 1000) / perSecond;
-    const wait = due - performance.now();
-    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    const t0 = performance.now();
-    pending.push(post(port, '/api/runs/workers/heartbeat', heartbeat(i % AGENTS)).then((res) => {
-      if (res.status === 200) samples[i] = performance.now() - t0;
-    }));
-  }
-  await Promise.all(pending);
-  return summarize(samples);
-}
-
-async function spawnFixedJson(): Promise<{ port: number; stop(): void }> {
-  const child = spawn(process.execPath, ['bench/support/fixed-json-server.ts'], { cwd: REPO, stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<number>((resolve) => child.stdout!.on('data', (c: Buffer) => {
-    const m = /listening (\d+)/.exec(c.toString());
-    if (m) resolve(Number(m[1]));
-  }));
-  return { port, stop: () => child.kill('SIGTERM') };
+async function post(port: number, path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-windie-runs-key': RUNS_KEY, ...headers }, body: JSON.stringify(body) });
+  return { status: res.status, text: await res.text() };
 }
 
 const redis = await startPrivateRedis();
+const stats = new RedisStats(redis.url);
 const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' });
-const fixed = await spawnFixedJson();
+const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')] });
+const client = spawnNode('bench/load/heartbeat-client.ts', { args: [JSON.stringify({ agents: AGENTS, workspaces: WORKSPACES, runsKey: RUNS_KEY })] });
 try {
-  // Warm both up (JIT, connections), then measure each in turn.
-  await closedLoop(gateway.port, 1);
-  await closedLoop(fixed.port, 1);
-  const cadre = await closedLoop(gateway.port, SECONDS);
-  const baseline = await closedLoop(fixed.port, SECONDS);
-  const halfRate = Math.floor(cadre.rate / 2);
-  const latency = await openLoop(gateway.port, halfRate, SECONDS);
-  const baselineLatency = await openLoop(fixed.port, halfRate, SECONDS);
+  const fixedPort = (await fixed.next<Message & { port: number }>('listening')).port;
+  await client.next('ready');
+  const servers = { cadre: { port: gateway.port, proc: gateway.child }, fixed_json: { port: fixedPort, proc: fixed } };
+  const run = async <T>(cmd: { cmd: 'closed' | 'open'; port: number; seconds: number; rate?: number }): Promise<T> => {
+    client.send(cmd);
+    return client.next<T & Message>(cmd.cmd, (cmd.seconds + 120) * 1000);
+  };
+  // Warm both up (JIT, connections).
+  for (const s of Object.values(servers)) await run({ cmd: 'closed', port: s.port, seconds: 1 });
+
+  const side = (name: keyof typeof servers) => async (): Promise<Closed> => {
+    const { port, proc } = servers[name];
+    const cpu = proc.cpuSeconds();
+    const r = await run<Omit<Closed, 'server_cpu_s'>>({ cmd: 'closed', port, seconds: SECONDS });
+    return { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2) };
+  };
+  const closed = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json') });
+  const halfRate = Math.floor(median(closed.filter((s) => s.side === 'cadre').map((s) => s.rate)) / 2);
+
+  const openSide = (name: keyof typeof servers) => async (): Promise<Open> => {
+    const { port, proc } = servers[name];
+    await readProbe(proc);
+    if (name === 'cadre') {
+      await stats.reset();
+      await stats.slowlogFrom(1_000);
+    }
+    const cpu = proc.cpuSeconds();
+    const r = await run<Omit<Open, 'server_cpu_s' | 'server'>>({ cmd: 'open', port, rate: halfRate, seconds: SECONDS });
+    const out: Open = { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2), server: await readProbe(proc) };
+    if (name === 'cadre') {
+      const { calls, usec } = await stats.detail();
+      out.lua_us_per_call = round((usec.evalsha ?? 0) / Math.max(1, calls.evalsha ?? 0), 1);
+      out.redis_slow = await stats.slowlog();
+    }
+    return out;
+  };
+  const open = await alternate(ROUNDS, { cadre: openSide('cadre'), fixed_json: openSide('fixed_json') });
 
   // stop-all over 1,000 active runs in 10 workspaces, a tenth of them bound to a worker.
-  const runIds: string[] = [];
   for (let i = 0; i < 1000; i++) {
     const res = await post(gateway.port, '/api/runs/', { workspace_id: `stop-${i % 10}`, query: `run ${i}` });
     if (res.status !== 200) throw new Error(`create run: ${res.status} ${res.text}`);
-    runIds.push((JSON.parse(res.text) as { run: { run_id: string } }).run.run_id);
   }
   for (let i = 0; i < 100; i++) await post(gateway.port, '/api/runs/workers/heartbeat', { workspace_id: `stop-${i % 10}`, worker_id: `binder-${i}`, status: 'ready' });
   const t0 = performance.now();
@@ -107,32 +89,39 @@ try {
   const stopMs = performance.now() - t0;
   const stopped = (JSON.parse(stop.text) as { count: number }).count;
 
-  printTable(`Heartbeats: ${AGENTS} agents in ${WORKSPACES} workspaces, ${SECONDS} s each (closed loop, keep-alive HTTP/1.1)`, [
-    ['target', 'heartbeats/s', 'errors'],
-    ['Cadre gateway (1 Lua script each)', round(cadre.rate), cadre.errors],
-    ['bare Fastify, fixed JSON', round(baseline.rate), baseline.errors],
+  printTable(`Heartbeats: ${AGENTS} agents in ${WORKSPACES} workspaces, closed loop ${SECONDS} s per sample, rounds alternate`, [
+    ['round', 'target', 'heartbeats/s', 'errors', 'server cpu s', 'client cpu s', 'load (1/5/15 min)', 'box busy'],
+    ...closed.map((s) => [s.round, s.side, s.rate, s.errors, s.server_cpu_s, s.client_cpu_s, s.load.loadavg.join('/'), s.machine_busy]),
   ]);
-  note(`ratio: ${round(cadre.rate / baseline.rate, 2)}x of the fixed-JSON route (goal >= 0.5x)`);
-  printTable(`Latency at ${halfRate} heartbeats/s (half the gateway's throughput), open loop`, [
-    ['target', 'p50 ms', 'p99 ms', 'max ms', 'missing'],
-    ['Cadre gateway', latency.p50_ms, latency.p99_ms, latency.max_ms, latency.missing],
-    ['bare Fastify, fixed JSON', baselineLatency.p50_ms, baselineLatency.p99_ms, baselineLatency.max_ms, baselineLatency.missing],
+  const cRates = closed.filter((s) => s.side === 'cadre').map((s) => s.rate);
+  const fRates = closed.filter((s) => s.side === 'fixed_json').map((s) => s.rate);
+  const ratios = closed.filter((s) => s.side === 'cadre').map((s) => s.rate / closed.find((f) => f.side === 'fixed_json' && f.round === s.round)!.rate);
+  note(`throughput: cadre ${range(cRates, 0)}/s, fixed JSON ${range(fRates, 0)}/s; per round cadre/fixed ×${range(ratios, 2)} (goal ≥ 0.5×)`);
+  printTable(`Latency at ${halfRate} heartbeats/s (half the gateway's median throughput), open loop, ${SECONDS} s per sample`, [
+    ['round', 'target', 'p50 ms', 'p99 ms', 'max ms', 'missing', 'server loop delay p99/max ms', 'gc count/total/max ms', 'lua µs/call', 'redis >1ms', 'client loop p99 ms', 'load', 'box busy'],
+    ...open.map((s) => [
+      s.round, s.side, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms, s.latency.missing,
+      `${s.server.loop_delay_ms.p99}/${s.server.loop_delay_ms.max}`, `${s.server.gc.count}/${s.server.gc.total_ms}/${s.server.gc.max_ms}`,
+      s.lua_us_per_call ?? '-', s.redis_slow?.entries ?? '-', s.client_loop_delay_p99_ms, s.load.loadavg.join('/'), s.machine_busy,
+    ]),
   ]);
-  note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s)`);
+  const p99 = (side: string): number[] => open.filter((s) => s.side === side).map((s) => s.latency.p99_ms);
+  const p99Ratios = open.filter((s) => s.side === 'cadre').map((s) => s.latency.p99_ms / open.find((f) => f.side === 'fixed_json' && f.round === s.round)!.latency.p99_ms);
+  note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms; per round ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
+  note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s); ${loadText()}`);
   saveResults('heartbeat', {
-    agents: AGENTS,
-    seconds: SECONDS,
-    cadre_heartbeats_per_s: round(cadre.rate),
-    fixed_json_per_s: round(baseline.rate),
-    ratio: round(cadre.rate / baseline.rate, 2),
-    half_rate: halfRate,
-    latency_at_half_rate: latency,
-    fixed_json_latency_at_same_rate: baselineLatency,
+    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, half_rate: halfRate, closed, open,
+    summary: {
+      cadre_per_s: cRates, fixed_json_per_s: fRates, throughput_ratio: ratios.map((x) => round(x, 2)),
+      cadre_p99_ms: p99('cadre'), fixed_json_p99_ms: p99('fixed_json'), p99_ratio: p99Ratios.map((x) => round(x, 1)),
+    },
     stop_all: { runs: stopped, ms: round(stopMs) },
   });
 } finally {
-  fixed.stop();
+  client.send({ cmd: 'exit' });
+  await client.stop();
+  await fixed.stop();
   await gateway.stop();
+  await stats.close();
   await redis.stop();
-  agent.destroy();
 }

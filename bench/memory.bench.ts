@@ -12,6 +12,7 @@ import {
 } from './support/harness.ts';
 import { paced, sleep, until } from './support/latency.ts';
 import { round } from './support/redis-stats.ts';
+import { loadText } from './support/machine.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 
 const TASKS = 1_000;
@@ -210,7 +211,8 @@ async function main(): Promise<void> {
       ['peak RSS over the whole run (VmHWM), MB', peakMb],
       [`V8 heap after full GCs (${heap.full_gcs}): max live / last live / max committed, MB`, `${heap.max_live_after_full_gc_mb} / ${heap.last_live_after_full_gc_mb} / ${heap.max_committed_mb}`],
     ]);
-    note(`goal: < 256 MB with ${streams} streams → ${holding} MB. Burst peak growth: reading +${round(control.rss_peak_mb - control.rss_before_mb, 1)} MB, stalled +${round(stall.rss_peak_mb - stall.rss_before_mb, 1)} MB.`);
+    note(`goal: < 256 MB with ${streams} streams → ${holding} MB; stalled-watcher burst peak ${stall.rss_peak_mb} MB (goal < 256 MB); ${loadText()}.`);
+    note(` Burst peak growth: reading +${round(control.rss_peak_mb - control.rss_before_mb, 1)} MB, stalled +${round(stall.rss_peak_mb - stall.rss_before_mb, 1)} MB.`);
     saveResults('memory', {
       gateway_node_args: nodeArgs, tasks: TASKS, watchers_per_task: WATCHERS_PER_TASK, grpc_channels: CHANNELS, watcher_buffer: WATCHER_BUFFER,
       rss_idle_mb: idle, rss_holding_mb: holding, streams, per_stream_kb: round(((holding - idle) * 1024) / streams, 1),

@@ -1,271 +1,153 @@
 // Overhead: one-worker team tasks through Cadre (POST /api/tasks, then WatchTeam to the end) against a raw BullMQ
-// flow of the same shape (a parent and one child on one queue; the child makes one streaming model call, then the
-// parent makes one with the child's result). Same private Redis, same scripted model, same worker concurrency,
-// same number of tasks in flight; everything runs in this one process, so both pay for the model and the client.
+// flow of the same shape (a parent and one child; the child makes one streaming model call, then the parent makes
+// one with the child's result). Every part is a process of its own: gateway, worker pool (concurrency 8), raw
+// BullMQ worker (bench/load/raw-flow-worker.ts, concurrency 8), the scripted model, and one client per system
+// (bench/load/task-client.ts). Each system has its own redis-server, so INFO commandstats counts only its
+// traffic. Rounds alternate cadre, raw. Node CPU per task is read from /proc for the serving processes: Cadre's
+// gateway + worker; raw's worker + client (the raw client does what the gateway does for Cadre: add the flow and
+// follow its events).
 //
 //   npm exec -- node bench/overhead.bench.ts
-import * as grpc from '@grpc/grpc-js';
-import { FlowProducer, Job, Queue, QueueEvents, Worker, type ConnectionOptions } from 'bullmq';
-import type OpenAI from 'openai';
-import { createModelClient } from '@cadre/agent';
-import type { AgentServiceClient } from '@cadre/protocol';
-import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
-import { AGENT_JOB_OPTIONS } from '@cadre/store';
-import { gatewayConfig } from '../apps/gateway/src/config.ts';
-import { startGateway } from '../apps/gateway/src/gateway.ts';
-import { workerConfig } from '../apps/worker/src/config.ts';
-import { startWorkerPool } from '../apps/worker/src/worker-pool.ts';
-import { BENCH_API_KEY, grpcChannels, newPrefix, openWatch, silentLogger, startPrivateRedis } from './support/harness.ts';
-import { sleep } from './support/latency.ts';
-import { RedisStats, round, topCommands, totalCalls, type CommandCounts } from './support/redis-stats.ts';
-import { note, printTable, saveResults } from './support/report.ts';
+import { PROBE, profileArgs, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { sleep, type LatencySummary } from './support/latency.ts';
+import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
+import { RedisStats, round, topCommands, totalCalls } from './support/redis-stats.ts';
+import { note, printTable, progress, saveResults } from './support/report.ts';
+import { alternate, range } from './support/rounds.ts';
 
-const TASKS = 200;
+const TASKS = Number(process.env.BENCH_TASKS ?? 200);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONCURRENCY = 8;
 const WARMUP = 16;
 /** Quiet time over which each system's background Redis traffic (stall checks, sweepers) is measured. */
 const IDLE_MS = 1_000;
-const GOAL = 'Summarise the release notes';
-const INSTRUCTIONS = 'List the three most important changes.';
 
-interface SystemResult {
-  system: 'cadre' | 'raw-bullmq';
+interface Sample {
   tasks: number;
   seconds: number;
   tasks_per_s: number;
-  /** Every Redis command over the run (Lua-internal calls included) ÷ tasks. */
+  /** CPU ms per task of the serving processes (see the header), and of each. */
+  node_cpu_ms_per_task: number;
+  cpu_ms_per_task_by_process: Record<string, number>;
+  redis_cpu_ms_per_task: number;
+  /** Every Redis command in the window (Lua-internal calls included) ÷ tasks. */
   commands_per_task: number;
   top_commands_per_task: Record<string, number>;
-  all_commands_per_task: Record<string, number>;
-  idle_commands_per_s: number;
-  model_requests_per_task: number;
-  /** CPU of this process (client, gateway, workers, model) per task, and its share of one core over the run. */
-  node_cpu_ms_per_task: number;
-  node_cpu_busy: number;
-  redis_cpu_ms_per_task: number;
-  /** Mean ms per stage of a task, from the log's timestamps (Cadre) or the jobs' (raw); Redis clock ms. */
-  stages_ms: Stages;
-  /** Mean ms from submit to the client seeing the end: with CONCURRENCY in flight, tasks/s ≈ CONCURRENCY / this. */
-  task_latency_ms: number;
+  /** Time Redis spent in scripts (EVALSHA), ms per task. */
+  lua_ms_per_task: number;
+  /** POST /api/tasks (Cadre) or FlowProducer.add (raw), as the client saw it. */
+  submit: LatencySummary;
+  task: LatencySummary;
 }
 
-/** submit → worker job starts → worker done → lead starts → lead done (task ends) → client sees the end. */
-interface Stages {
-  submit: number;
-  to_worker_start: number;
-  worker_run: number;
-  to_lead_start: number;
-  lead_run: number;
-  to_client: number;
-}
-const STAGES: (keyof Stages)[] = ['submit', 'to_worker_start', 'worker_run', 'to_lead_start', 'lead_run', 'to_client'];
-
-/** Wall-clock instants of one task, ms since the epoch. */
-interface Marks {
-  submitted: number;
-  accepted: number;
-  workerStart: number;
-  workerEnd: number;
-  leadStart: number;
-  leadEnd: number;
-  seen: number;
+interface System {
+  name: string;
+  stats: RedisStats;
+  client: NodeChild;
+  /** The processes whose CPU counts as the system's. */
+  serving: Record<string, NodeChild>;
 }
 
-function meanStages(marks: Marks[]): { stages: Stages; latency: number } {
-  const mean = (f: (m: Marks) => number): number => round(marks.reduce((a, m) => a + f(m), 0) / marks.length, 1);
+async function runTasks(client: NodeChild, tasks: number) {
+  client.send({ cmd: 'run', tasks, concurrency: CONCURRENCY });
+  return client.next<Message & { seconds: number; submit: LatencySummary; task: LatencySummary }>('done', 300_000);
+}
+
+const measure = (s: System) => async (): Promise<Sample> => {
+  await s.stats.reset();
+  const cpu0 = Object.fromEntries(Object.entries(s.serving).map(([k, p]) => [k, p.cpuSeconds()]));
+  const redisCpu0 = await s.stats.cpuSeconds();
+  const r = await runTasks(s.client, TASKS);
+  const byProcess = Object.fromEntries(Object.entries(s.serving).map(([k, p]) => [k, round(((p.cpuSeconds() - cpu0[k]!) * 1000) / TASKS, 2)]));
+  const redisCpu = (await s.stats.cpuSeconds()) - redisCpu0;
+  const { calls, usec } = await s.stats.detail();
   return {
-    stages: {
-      submit: mean((m) => m.accepted - m.submitted),
-      to_worker_start: mean((m) => m.workerStart - m.accepted),
-      worker_run: mean((m) => m.workerEnd - m.workerStart),
-      to_lead_start: mean((m) => m.leadStart - m.workerEnd),
-      lead_run: mean((m) => m.leadEnd - m.leadStart),
-      to_client: mean((m) => m.seen - m.leadEnd),
-    },
-    latency: mean((m) => m.seen - m.submitted),
+    tasks: TASKS,
+    seconds: round(r.seconds, 2),
+    tasks_per_s: round(TASKS / r.seconds, 1),
+    node_cpu_ms_per_task: round(Object.values(byProcess).reduce((a, b) => a + b, 0), 2),
+    cpu_ms_per_task_by_process: byProcess,
+    redis_cpu_ms_per_task: round((redisCpu * 1000) / TASKS, 2),
+    commands_per_task: round(totalCalls(calls) / TASKS, 1),
+    top_commands_per_task: topCommands(calls, 8, TASKS),
+    lua_ms_per_task: round((usec.evalsha ?? 0) / 1000 / TASKS, 2),
+    submit: r.submit,
+    task: r.task,
   };
-}
+};
 
-/** Runs `total` tasks, `concurrency` at a time; returns the wall time in seconds. */
-async function drive(total: number, concurrency: number, runOne: (i: number) => Promise<void>): Promise<number> {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < total) await runOne(next++);
-  }));
-  return (performance.now() - start) / 1000;
-}
-
-async function measure(
-  system: SystemResult['system'], stats: RedisStats, model: ScriptedModel, runOne: (i: number) => Promise<() => Promise<Marks>>,
-): Promise<SystemResult> {
-  await drive(WARMUP, CONCURRENCY, async (i) => void (await runOne(i)));
+async function idleCommandsPerSecond(stats: RedisStats): Promise<number> {
   await stats.reset();
   await sleep(IDLE_MS);
-  const idle = totalCalls(await stats.counts());
-  await stats.reset();
-  const requestsBefore = model.requestCount();
-  const cpuBefore = process.cpuUsage();
-  const redisCpuBefore = await stats.cpuSeconds();
-  const marksOf: (() => Promise<Marks>)[] = [];
-  const seconds = await drive(TASKS, CONCURRENCY, async (i) => void marksOf.push(await runOne(WARMUP + i)));
-  const counts: CommandCounts = await stats.counts();
-  const cpu = process.cpuUsage(cpuBefore);
-  const redisCpu = (await stats.cpuSeconds()) - redisCpuBefore;
-  // Stage marks are read only now, so reading them (raw: job hashes) is not counted above.
-  const { stages, latency } = meanStages(await Promise.all(marksOf.map((f) => f())));
-  return {
-    system,
-    tasks: TASKS,
-    seconds: round(seconds, 2),
-    tasks_per_s: round(TASKS / seconds, 1),
-    commands_per_task: round(totalCalls(counts) / TASKS, 1),
-    top_commands_per_task: topCommands(counts, 6, TASKS),
-    all_commands_per_task: topCommands(counts, 100, TASKS),
-    idle_commands_per_s: round(idle / (IDLE_MS / 1000), 1),
-    model_requests_per_task: round((model.requestCount() - requestsBefore) / TASKS, 2),
-    node_cpu_ms_per_task: round((cpu.user + cpu.system) / 1000 / TASKS, 2),
-    node_cpu_busy: round((cpu.user + cpu.system) / 1e6 / seconds, 2),
-    redis_cpu_ms_per_task: round((redisCpu * 1000) / TASKS, 2),
-    stages_ms: stages,
-    task_latency_ms: latency,
-  };
-}
-
-async function cadre(redisUrl: string, model: ScriptedModel, stats: RedisStats): Promise<SystemResult> {
-  const env = {
-    REDIS_URL: redisUrl, OPENAI_BASE_URL: model.url, OPENAI_API_KEY: 'scripted', CADRE_API_KEY: BENCH_API_KEY,
-    CADRE_KEY_PREFIX: newPrefix(), PORT: '0', HOST: '127.0.0.1', WORKER_CONCURRENCY: String(CONCURRENCY),
-  };
-  const gateway = await startGateway({ ...gatewayConfig(env), redisUrl }, silentLogger);
-  const pool = await startWorkerPool({ ...workerConfig(env), redisUrl, openaiBaseUrl: model.url, openaiApiKey: 'scripted' }, silentLogger);
-  const [client] = grpcChannels(`127.0.0.1:${gateway.port}`, 1) as [AgentServiceClient];
-  const base = `http://127.0.0.1:${gateway.port}`;
-  const runOne = async (i: number): Promise<() => Promise<Marks>> => {
-    const submitted = Date.now();
-    const res = await fetch(`${base}/api/tasks`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ workspace_id: 'bench', goal: `${GOAL} #${i}`, team: { workers: [{ role: 'writer', instructions: INSTRUCTIONS }] } }),
-    });
-    const accepted = Date.now();
-    if (res.status !== 201) throw new Error(`POST /api/tasks: ${res.status} ${await res.text()}`);
-    const { task } = (await res.json()) as { task: { task_id: string } };
-    let status = '';
-    let seen = 0;
-    const at: Record<string, number> = {};
-    const end = await openWatch(client, task.task_id, 0, (e) => {
-      const who = e.event && 'workerId' in e.event.value ? e.event.value.workerId : '';
-      at[`${e.eventType}:${who}`] = new Date(e.timestamp ?? 0).getTime();
-      if (e.event?.$case === 'taskStatusChanged') {
-        status = e.event.value.status;
-        seen = Date.now();
-      }
-    }).ended;
-    if (end.code !== grpc.status.OK || status !== 'completed') throw new Error(`task ${task.task_id} ended ${status} (${end.code} ${end.details})`);
-    const marks: Marks = {
-      submitted, accepted, seen,
-      workerStart: at['worker_started:writer-1']!, workerEnd: at['worker_exited:writer-1']!,
-      leadStart: at['worker_started:lead']!, leadEnd: at['task_completed:']!,
-    };
-    return async () => marks;
-  };
-  try {
-    return await measure('cadre', stats, model, runOne);
-  } finally {
-    client.close();
-    await pool.close(0);
-    await gateway.close();
-  }
-}
-
-/** One streaming chat completion, read to its end: the call a Cadre agent makes for a one-turn answer. */
-async function modelCall(openai: OpenAI, role: string, instructions: string, input: string): Promise<string> {
-  const stream = await openai.chat.completions.create({
-    model: 'cadre-scripted',
-    messages: [
-      { role: 'system', content: `You are the ${role} agent in a Cadre team.\n${instructions}` },
-      { role: 'user', content: input },
-    ],
-    stream: true,
-    stream_options: { include_usage: true },
-  });
-  let content = '';
-  for await (const chunk of stream) content += chunk.choices[0]?.delta?.content ?? '';
-  return content;
-}
-
-async function rawBullmq(redisUrl: string, model: ScriptedModel, stats: RedisStats): Promise<SystemResult> {
-  // Connection options rather than a shared client: BullMQ then owns (and closes) every connection it opens.
-  const { hostname, port } = new URL(redisUrl);
-  const connection: ConnectionOptions = { host: hostname, port: Number(port), maxRetriesPerRequest: null };
-  const opts = { connection, prefix: `{${newPrefix()}:bull}` };
-  const queueName = 'raw-agents';
-  const openai = createModelClient({ baseURL: model.url, apiKey: 'scripted' });
-  const worker = new Worker(queueName, async (job: Job<{ goal: string }>) => {
-    if (job.name === 'worker') return modelCall(openai, 'writer', INSTRUCTIONS, `Team goal: ${job.data.goal}`);
-    const results = Object.values(await job.getChildrenValues<string>());
-    return modelCall(openai, 'lead', 'Combine the results.', `Team goal: ${job.data.goal}\n\nWorker results:\n${results.join('\n')}`);
-  }, { ...opts, concurrency: CONCURRENCY });
-  const flow = new FlowProducer(opts);
-  const events = new QueueEvents(queueName, opts);
-  const queue = new Queue(queueName, opts);
-  await Promise.all([worker.waitUntilReady(), events.waitUntilReady()]);
-  const runOne = async (i: number): Promise<() => Promise<Marks>> => {
-    const goal = `${GOAL} #${i}`;
-    const submitted = Date.now();
-    const node = await flow.add({
-      name: 'lead', queueName, data: { goal }, opts: AGENT_JOB_OPTIONS,
-      children: [{ name: 'worker', queueName, data: { goal }, opts: AGENT_JOB_OPTIONS }],
-    });
-    const accepted = Date.now();
-    const result = (await node.job.waitUntilFinished(events)) as string;
-    const seen = Date.now();
-    if (!result.startsWith('Scripted answer')) throw new Error(`raw flow ${node.job.id} answered "${result}"`);
-    return async () => {
-      const [lead, child] = await Promise.all([Job.fromId(queue, node.job.id!), Job.fromId(queue, node.children![0]!.job.id!)]);
-      return {
-        submitted, accepted, seen,
-        workerStart: child!.processedOn!, workerEnd: child!.finishedOn!, leadStart: lead!.processedOn!, leadEnd: lead!.finishedOn!,
-      };
-    };
-  };
-  try {
-    return await measure('raw-bullmq', stats, model, runOne);
-  } finally {
-    await worker.close();
-    await flow.close();
-    await events.close();
-    await queue.close();
-  }
+  return round(totalCalls(await stats.counts()) / (IDLE_MS / 1000), 1);
 }
 
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = await startScriptedModel();
-  const stats = new RedisStats(redis.url);
+  const cadreRedis = await startPrivateRedis();
+  const rawRedis = await startPrivateRedis();
+  const children: NodeChild[] = [];
+  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
+  children.push(model);
+  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
+    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
+    if (m) resolve(m[1]!);
+  }));
+  const gateway = await spawnGateway({ REDIS_URL: cadreRedis.url });
+  const worker = spawnNode('apps/worker/src/main.ts', {
+    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
+    env: { REDIS_URL: cadreRedis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', WORKER_CONCURRENCY: String(CONCURRENCY), LOG_LEVEL: 'warn' },
+  });
+  const prefix = '{rawbench:bull}';
+  const rawWorker = spawnNode('bench/load/raw-flow-worker.ts', { args: [JSON.stringify({ redisUrl: rawRedis.url, prefix, modelUrl, concurrency: CONCURRENCY })] });
+  const cadreClient = spawnNode('bench/load/task-client.ts', { args: [JSON.stringify({ mode: 'cadre', url: gateway.url, target: gateway.target })] });
+  const rawClient = spawnNode('bench/load/task-client.ts', { args: [JSON.stringify({ mode: 'raw', redisUrl: rawRedis.url, prefix })] });
+  children.push(worker, rawWorker, cadreClient, rawClient);
+  const cadre: System = { name: 'cadre', stats: new RedisStats(cadreRedis.url), client: cadreClient, serving: { gateway: gateway.child, worker } };
+  const raw: System = { name: 'raw_bullmq', stats: new RedisStats(rawRedis.url), client: rawClient, serving: { worker: rawWorker, client: rawClient } };
   try {
-    const c = await cadre(redis.url, model, stats);
-    const r = await rawBullmq(redis.url, model, stats);
-    printTable(`Overhead: ${TASKS} one-worker tasks, ${CONCURRENCY} in flight, worker concurrency ${CONCURRENCY}, scripted model`, [
-      ['system', 'tasks/s', 'seconds', 'redis cmds/task', 'idle cmds/s', 'node cpu ms/task', 'core busy', 'redis cpu ms/task', 'top commands per task'],
-      ...[c, r].map((x) => [
-        x.system, x.tasks_per_s, x.seconds, x.commands_per_task, x.idle_commands_per_s, x.node_cpu_ms_per_task, x.node_cpu_busy, x.redis_cpu_ms_per_task,
-        Object.entries(x.top_commands_per_task).map(([k, v]) => `${k} ${v}`).join(', '),
+    await Promise.all([rawWorker.next('ready'), cadreClient.next('ready'), rawClient.next('ready')]);
+    // Warm-up (JIT, pools); the Cadre worker pool is ready once its first tasks complete.
+    await runTasks(cadreClient, WARMUP);
+    await runTasks(rawClient, WARMUP);
+    const [idleCadre, idleRaw] = await Promise.all([idleCommandsPerSecond(cadre.stats), idleCommandsPerSecond(raw.stats)]);
+    progress('warm; measuring');
+    const samples = await alternate(ROUNDS, { cadre: measure(cadre), raw_bullmq: measure(raw) });
+
+    printTable(`Overhead: ${TASKS} one-worker tasks per sample, ${CONCURRENCY} in flight, worker concurrency ${CONCURRENCY}, scripted model; rounds alternate`, [
+      ['round', 'system', 'tasks/s', 'node cpu ms/task', 'by process', 'redis cmds/task', 'lua ms/task', 'redis cpu ms/task', 'submit p50/p99/mean ms', 'task mean/p99 ms', 'load', 'box busy'],
+      ...samples.map((s) => [
+        s.round, s.side, s.tasks_per_s, s.node_cpu_ms_per_task, Object.entries(s.cpu_ms_per_task_by_process).map(([k, v]) => `${k} ${v}`).join(', '),
+        s.commands_per_task, s.lua_ms_per_task, s.redis_cpu_ms_per_task,
+        `${s.submit.p50_ms}/${s.submit.p99_ms}/${s.submit.mean_ms}`, `${s.task.mean_ms}/${s.task.p99_ms}`, s.load.loadavg.join('/'), s.machine_busy,
       ]),
     ]);
-    printTable('Where a task\'s time goes (mean ms; Cadre: log timestamps, raw: job timestamps)', [
-      ['system', ...STAGES, 'total'],
-      ...[c, r].map((x) => [x.system, ...STAGES.map((k) => x.stages_ms[k]), x.task_latency_ms]),
-    ]);
-    const ratio = round(c.tasks_per_s / r.tasks_per_s, 2);
-    const commandsRatio = round(c.commands_per_task / r.commands_per_task, 1);
-    note(`throughput cadre/raw = ×${ratio} (goal ≥ 0.5); Redis commands per task cadre/raw = ×${commandsRatio}`);
-    saveResults('overhead', { tasks: TASKS, concurrency: CONCURRENCY, cadre: c, raw_bullmq: r, ratio_throughput: ratio, ratio_commands_per_task: commandsRatio });
+    const of = (side: string) => samples.filter((s) => s.side === side);
+    const pick = (side: string, f: (s: Sample) => number): number[] => of(side).map(f);
+    const perRound = (f: (s: Sample) => number): number[] => of('cadre').map((c) => f(c) / f(of('raw_bullmq').find((r) => r.round === c.round)!));
+    note(`node CPU per task: cadre ${range(pick('cadre', (s) => s.node_cpu_ms_per_task), 1)} ms, raw ${range(pick('raw_bullmq', (s) => s.node_cpu_ms_per_task), 1)} ms (×${range(perRound((s) => s.node_cpu_ms_per_task), 1)})`);
+    note(`Redis commands per task: cadre ${range(pick('cadre', (s) => s.commands_per_task))}, raw ${range(pick('raw_bullmq', (s) => s.commands_per_task))}; idle commands/s: cadre ${idleCadre}, raw ${idleRaw}`);
+    note(`submit mean: POST /api/tasks ${range(pick('cadre', (s) => s.submit.mean_ms))} ms, flow.add ${range(pick('raw_bullmq', (s) => s.submit.mean_ms))} ms`);
+    note(`throughput cadre/raw ×${range(perRound((s) => s.tasks_per_s), 2)} (goal ≥ 0.5×)`);
+    for (const s of [of('cadre')[0]!, of('raw_bullmq')[0]!]) note(`${s.side} top commands per task (round 1): ${Object.entries(s.top_commands_per_task).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    saveResults('overhead', {
+      tasks: TASKS, concurrency: CONCURRENCY, rounds: ROUNDS, idle_commands_per_s: { cadre: idleCadre, raw_bullmq: idleRaw }, samples,
+      summary: {
+        cadre_node_cpu_ms_per_task: pick('cadre', (s) => s.node_cpu_ms_per_task), raw_node_cpu_ms_per_task: pick('raw_bullmq', (s) => s.node_cpu_ms_per_task),
+        cadre_commands_per_task: pick('cadre', (s) => s.commands_per_task), raw_commands_per_task: pick('raw_bullmq', (s) => s.commands_per_task),
+        cadre_submit_mean_ms: pick('cadre', (s) => s.submit.mean_ms), raw_submit_mean_ms: pick('raw_bullmq', (s) => s.submit.mean_ms),
+        cadre_submit_p99_ms: pick('cadre', (s) => s.submit.p99_ms), raw_submit_p99_ms: pick('raw_bullmq', (s) => s.submit.p99_ms),
+        cadre_tasks_per_s: pick('cadre', (s) => s.tasks_per_s), raw_tasks_per_s: pick('raw_bullmq', (s) => s.tasks_per_s),
+        throughput_ratio: perRound((s) => s.tasks_per_s).map((x) => round(x, 2)),
+      },
+    });
   } finally {
-    await stats.close();
-    await model.close();
-    await redis.stop();
+    for (const c of [cadreClient, rawClient]) c.send({ cmd: 'exit' });
+    for (const c of children.reverse()) await c.stop();
+    await gateway.stop();
+    await cadre.stats.close();
+    await raw.stats.close();
+    await cadreRedis.stop();
+    await rawRedis.stop();
   }
 }
 

@@ -1,8 +1,6 @@
 // What every bench needs: a private redis-server, the real gateway as a child process, gRPC watchers, and the
 // task store to write a task's log directly. Loopback only; everything started here is stopped here.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
@@ -10,12 +8,10 @@ import { startEmbeddedRedis, findFreePort, type EmbeddedRedis } from '@cadre/emb
 import { AgentServiceClient, type TeamEventProto } from '@cadre/protocol';
 import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
 import { sleep, until } from './latency.ts';
-
-/** USER_HZ: 100 on every Linux this runs on. */
-const CLOCK_TICKS = 100;
+import { spawnNode, type Message, type NodeChild } from './procs.ts';
 
 export const BENCH_API_KEY = 'bench-key-all-workspaces';
-export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export { REPO } from './procs.ts';
 export const silentLogger = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'silent' });
 
 export async function startPrivateRedis(): Promise<EmbeddedRedis> {
@@ -66,12 +62,15 @@ export interface GatewayProcess {
   port: number;
   url: string;
   target: string;
+  child: NodeChild;
   /** Samples without labels (beyond the default `app`) from its /metrics (e.g. cadre_watchers, cadre_fanout_tail_reads_total). */
   metrics(): Promise<Record<string, number>>;
   /** VmRSS and VmHWM (peak) in MB, from /proc. */
   rss(): { rssMb: number; peakMb: number };
   /** CPU seconds (user + system) the process has used so far, from /proc/<pid>/stat. */
   cpuSeconds(): number;
+  /** Event-loop delay, utilisation and GC since the previous call (bench/support/probe.ts, loaded into it). */
+  probe(): Promise<ProbeReport>;
   /** The last few KB of its stdout and stderr. */
   output(): string;
   /** Full GCs seen so far, when started with --trace-gc: heap in use after each (live) and heap committed. */
@@ -79,48 +78,60 @@ export interface GatewayProcess {
   stop(): Promise<void>;
 }
 
-/** `nodeArgs` go before the script (e.g. --trace-gc, --cpu-prof when looking into a figure). */
+export interface ProbeReport {
+  resolution_ms: number;
+  loop_delay_ms: { p50: number; p99: number; max: number; mean: number };
+  loop_utilization: number;
+  gc: { count: number; total_ms: number; max_ms: number; major: number; major_ms: number };
+}
+
+export const PROBE = fileURLToPath(new URL('./probe.ts', import.meta.url));
+
+/**
+ * With BENCH_CPU_PROF=<dir>, a process started with these args writes a V8 CPU profile to <dir>/<role>/ when it
+ * exits (summarise with `node bench/profile.ts <dir>`). Profiling slows it: figures from such a run are not kept.
+ */
+export function profileArgs(role: string): string[] {
+  const dir = process.env.BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/${role}`] : [];
+}
+
+/** Sends SIGUSR2 to a process that loaded the probe and returns its report. */
+export async function readProbe(child: NodeChild): Promise<ProbeReport> {
+  const next = child.next<ProbeReport & Message>('probe', 10_000);
+  child.process.kill('SIGUSR2');
+  return next;
+}
+
+/** `nodeArgs` go before the script (e.g. --trace-gc). The probe is always loaded. */
 export async function spawnGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<GatewayProcess> {
   const port = await findFreePort('127.0.0.1');
-  // process.execPath: the Node 24 that runs this bench (npm exec puts it first on PATH), not the system node.
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, 'apps/gateway/src/main.ts'], {
-    cwd: REPO,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', LOG_LEVEL: 'warn', CADRE_API_KEY: BENCH_API_KEY, HOST: '127.0.0.1', PORT: String(port), CADRE_SHUTDOWN_GRACE_MS: '500', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const child = spawnNode('apps/gateway/src/main.ts', {
+    nodeArgs: ['--import', PROBE, ...profileArgs('gateway'), ...nodeArgs],
+    env: { LOG_LEVEL: 'warn', CADRE_API_KEY: BENCH_API_KEY, HOST: '127.0.0.1', PORT: String(port), CADRE_SHUTDOWN_GRACE_MS: '500', ...env },
   });
-  let output = '';
-  let partial = '';
   const fullGcs: { liveMb: number; committedMb: number }[] = [];
-  const keep = (c: Buffer): void => {
-    const text = c.toString();
-    output = (output + text).slice(-4000);
-    const lines = (partial + text).split('\n');
-    partial = lines.pop() ?? '';
-    for (const line of lines) {
-      // --trace-gc: "Mark-Compact 96.6 (215.0) -> 45.8 (202.0) MB" = used (committed) before -> after.
-      const m = /Mark-Compact [\d.]+ \([\d.]+\) -> ([\d.]+) \(([\d.]+)\) MB/.exec(line);
-      if (m) fullGcs.push({ liveMb: Number(m[1]), committedMb: Number(m[2]) });
-    }
-  };
-  child.stdout!.on('data', keep);
-  child.stderr!.on('data', keep);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.onLine((line) => {
+    // --trace-gc: "Mark-Compact 96.6 (215.0) -> 45.8 (202.0) MB" = used (committed) before -> after.
+    const m = /Mark-Compact [\d.]+ \([\d.]+\) -> ([\d.]+) \(([\d.]+)\) MB/.exec(line);
+    if (m) fullGcs.push({ liveMb: Number(m[1]), committedMb: Number(m[2]) });
+  });
   const url = `http://127.0.0.1:${port}`;
   try {
     await until(async () => {
-      if (child.exitCode !== null) throw new Error(`gateway exited (${child.exitCode}) during start-up:\n${output}`);
+      if (child.process.exitCode !== null) throw new Error(`gateway exited (${child.process.exitCode}) during start-up:\n${child.output()}`);
       return fetch(`${url}/readyz`).then((r) => r.ok, () => false);
-    }, 'the gateway to be ready', 20_000, 100);
+    }, 'the gateway to be ready', 30_000, 100);
   } catch (err) {
-    child.kill('SIGKILL');
+    await child.stop('SIGKILL');
     throw err;
   }
-  const pid = child.pid!;
   return {
-    pid,
+    pid: child.pid,
     port,
     url,
     target: `127.0.0.1:${port}`,
+    child,
     async metrics() {
       const text = await (await fetch(`${url}/metrics`)).text();
       const out: Record<string, number> = {};
@@ -131,26 +142,12 @@ export async function spawnGateway(env: Record<string, string>, nodeArgs: string
       }
       return out;
     },
-    rss() {
-      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-      const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
-      return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 };
-    },
-    cpuSeconds() {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      // Fields after the command name (which may hold spaces): utime and stime are the 14th and 15th overall.
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      return (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS;
-    },
-    output: () => output,
+    rss: () => child.rss(),
+    cpuSeconds: () => child.cpuSeconds(),
+    probe: () => readProbe(child),
+    output: () => child.output(),
     fullGcs: () => fullGcs,
-    async stop() {
-      if (child.exitCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-      await exited;
-      clearTimeout(timer);
-    },
+    stop: () => child.stop(),
   };
 }
 

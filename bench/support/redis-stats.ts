@@ -3,8 +3,8 @@ import { Redis } from 'ioredis';
 /** Calls per command from `INFO commandstats`, e.g. { xrange: 120, evalsha: 5000, 'client|setname': 3 }. */
 export type CommandCounts = Record<string, number>;
 
-/** Our own INFO/CONFIG/PING calls, left out of every total so measuring does not count itself. */
-const BENCH_OWN = new Set(['info', 'config|resetstat', 'config|get', 'config|set', 'ping']);
+/** Our own INFO/CONFIG/SLOWLOG/PING calls, left out of every total so measuring does not count itself. */
+const BENCH_OWN = new Set(['info', 'config|resetstat', 'config|get', 'config|set', 'ping', 'slowlog|get', 'slowlog|reset']);
 
 /**
  * Reads a private Redis's command counters on a connection of its own. Commands run inside Lua scripts are
@@ -22,13 +22,36 @@ export class RedisStats {
   }
 
   async counts(): Promise<CommandCounts> {
+    return (await this.detail()).calls;
+  }
+
+  /** Calls and microseconds Redis spent per command since the last reset (a script's time is its EVALSHA's). */
+  async detail(): Promise<{ calls: CommandCounts; usec: CommandCounts }> {
     const info = await this.admin.info('commandstats');
-    const counts: CommandCounts = {};
+    const calls: CommandCounts = {};
+    const usec: CommandCounts = {};
     for (const line of info.split(/\r?\n/)) {
-      const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
-      if (m && !BENCH_OWN.has(m[1]!)) counts[m[1]!] = Number(m[2]);
+      const m = /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line);
+      if (m && !BENCH_OWN.has(m[1]!)) {
+        calls[m[1]!] = Number(m[2]);
+        usec[m[1]!] = Number(m[3]);
+      }
     }
-    return counts;
+    return { calls, usec };
+  }
+
+  /** Clears the slow log and logs every command slower than `micros` from now on. */
+  async slowlogFrom(micros: number): Promise<void> {
+    await this.admin.config('SET', 'slowlog-log-slower-than', String(micros));
+    await this.admin.config('SET', 'slowlog-max-len', '1024');
+    await this.admin.call('SLOWLOG', 'RESET');
+  }
+
+  /** Slow log entries since slowlogFrom: how many, and the slowest few as `command µs`. */
+  async slowlog(top = 5): Promise<{ entries: number; slowest: string[] }> {
+    const raw = (await this.admin.call('SLOWLOG', 'GET', '1024')) as [number, number, number, string[]][];
+    const sorted = [...raw].sort((a, b) => b[2] - a[2]);
+    return { entries: raw.length, slowest: sorted.slice(0, top).map((e) => `${e[3].slice(0, 2).join(' ').slice(0, 60)} ${e[2]}µs`) };
   }
 
   /** Seconds of CPU the Redis server has used since it started (INFO cpu: user + sys, main thread and all). */

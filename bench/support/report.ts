@@ -1,9 +1,32 @@
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { machineLoad, type MachineLoad } from './machine.ts';
+
 export const RESULTS_FILE = fileURLToPath(new URL('../results/latest.json', import.meta.url));
+/** Every bench run ever recorded, one JSON line each: the README's ranges come from here (`node bench/summary.ts`). */
+export const HISTORY_FILE = fileURLToPath(new URL('../results/runs.jsonl', import.meta.url));
+/**
+ * Bumped whenever a bench changes what it measures or how, so ranges only span comparable runs. 2: load
+ * generators in their own processes, baseline and Cadre alternating over several rounds.
+ */
+export const BENCH_VERSION = 2;
+
+export interface HistoryLine {
+  version: number;
+  /** One `npm run bench` (BENCH_RUN_ID from run.ts), or a bench run alone. */
+  run_id: string;
+  bench: string;
+  measured_at: string;
+  machine: ResultsFile['machine'];
+  load_start: MachineLoad;
+  load_end: MachineLoad;
+  figures: Record<string, unknown>;
+}
+
+const loadAtStart = machineLoad();
 
 export interface ResultsFile {
   generated_at: string;
@@ -12,8 +35,12 @@ export interface ResultsFile {
   benches: Record<string, unknown>;
 }
 
-/** Merges one bench's figures into results/latest.json, so each bench can run alone or from run.ts. */
-export function saveResults(bench: string, figures: unknown): void {
+/**
+ * Merges one bench's figures into results/latest.json (so each bench can run alone or from run.ts) and appends
+ * them to results/runs.jsonl with the machine's load at the bench's start and end. BENCH_PROFILE runs (a CPU
+ * profiler slows what it watches) are not kept in the history.
+ */
+export function saveResults(bench: string, figures: Record<string, unknown>): void {
   let file: ResultsFile | undefined;
   try {
     file = JSON.parse(readFileSync(RESULTS_FILE, 'utf8')) as ResultsFile;
@@ -21,13 +48,26 @@ export function saveResults(bench: string, figures: unknown): void {
     file = undefined;
   }
   const cpu = cpus();
+  const machine = { node: process.version, cpus: cpu.length, cpu_model: cpu[0]?.model ?? 'unknown', mem_gb: Math.round(totalmem() / 2 ** 30) };
+  const line: HistoryLine = {
+    version: BENCH_VERSION,
+    run_id: process.env.BENCH_RUN_ID ?? `alone-${new Date().toISOString()}`,
+    bench,
+    measured_at: new Date().toISOString(),
+    machine,
+    load_start: loadAtStart,
+    load_end: machineLoad(),
+    figures,
+  };
   const next: ResultsFile = {
     generated_at: new Date().toISOString(),
-    machine: { node: process.version, cpus: cpu.length, cpu_model: cpu[0]?.model ?? 'unknown', mem_gb: Math.round(totalmem() / 2 ** 30) },
-    benches: { ...file?.benches, [bench]: { measured_at: new Date().toISOString(), ...(figures as object) } },
+    machine,
+    benches: { ...file?.benches, [bench]: { version: BENCH_VERSION, measured_at: line.measured_at, load_start: line.load_start, load_end: line.load_end, ...figures } },
   };
   mkdirSync(dirname(RESULTS_FILE), { recursive: true });
+  if (process.env.BENCH_CPU_PROF) return;
   writeFileSync(RESULTS_FILE, `${JSON.stringify(next, null, 2)}\n`);
+  appendFileSync(HISTORY_FILE, `${JSON.stringify(line)}\n`);
 }
 
 export type Cell = string | number;

@@ -1,0 +1,64 @@
+// The README's "Speed" figures: every headline figure as min–max over every sample of every recorded run of the
+// current bench version (bench/results/runs.jsonl), with the number of runs and the machine's load over them.
+// Never one favourable run.
+//   npm exec -- node bench/summary.ts
+import { readFileSync } from 'node:fs';
+import { BENCH_VERSION, HISTORY_FILE, printTable, type Cell, type HistoryLine } from './support/report.ts';
+import { range } from './support/rounds.ts';
+
+const lines = (() => {
+  try {
+    return readFileSync(HISTORY_FILE, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as HistoryLine);
+  } catch {
+    return [];
+  }
+})().filter((l) => l.version === BENCH_VERSION);
+
+type Row = [claim: string, goal: string, cadre: string, baseline: string, ratio: string, runs: string];
+const rows: Row[] = [];
+const runsOf = (bench: string) => lines.filter((l) => l.bench === bench);
+const loadOf = (ls: HistoryLine[]): string => range(ls.flatMap((l) => [l.load_start.loadavg[0], l.load_end.loadavg[0]]), 1);
+/** Every value of a summary array across runs. */
+const all = (ls: HistoryLine[], key: string): number[] => ls.flatMap((l) => ((l.figures.summary as Record<string, number[]> | undefined)?.[key] ?? []).filter((x) => x !== null && Number.isFinite(x)));
+const r = (xs: number[], digits = 1): string => (xs.length ? range(xs, digits) : '-');
+const runsText = (ls: HistoryLine[]): string => `${ls.length} (load ${loadOf(ls)})`;
+
+const hb = runsOf('heartbeat');
+if (hb.length) {
+  rows.push(['heartbeats/s, 200 agents, closed loop', '≥ 0.5× route', r(all(hb, 'cadre_per_s'), 0), `fixed-JSON route ${r(all(hb, 'fixed_json_per_s'), 0)}`, `×${r(all(hb, 'throughput_ratio'), 2)}`, runsText(hb)]);
+  rows.push(['heartbeat p99 at half the gateway\'s throughput (ms)', '≤ 2× route', r(all(hb, 'cadre_p99_ms')), `route ${r(all(hb, 'fixed_json_p99_ms'))}`, `×${r(all(hb, 'p99_ratio'))}`, runsText(hb)]);
+  rows.push(['stop-all of 1,000 active runs (ms)', '< 1,000', r(hb.map((l) => (l.figures.stop_all as { ms: number }).ms)), '-', '-', runsText(hb)]);
+}
+const oh = runsOf('overhead');
+if (oh.length) {
+  const ratio = (a: string, b: string): number[] => oh.flatMap((l) => {
+    const s = l.figures.summary as Record<string, number[]>;
+    return s[a]!.map((x, i) => x / s[b]![i]!);
+  });
+  rows.push(['Node CPU per task (ms): gateway+worker | raw worker+client', 'report, cut', r(all(oh, 'cadre_node_cpu_ms_per_task')), `raw BullMQ flow ${r(all(oh, 'raw_node_cpu_ms_per_task'))}`, `×${r(ratio('cadre_node_cpu_ms_per_task', 'raw_node_cpu_ms_per_task'))}`, runsText(oh)]);
+  rows.push(['Redis commands per task', 'report, cut', r(all(oh, 'cadre_commands_per_task'), 0), `raw ${r(all(oh, 'raw_commands_per_task'), 0)}`, `×${r(ratio('cadre_commands_per_task', 'raw_commands_per_task'))}`, runsText(oh)]);
+  rows.push(['submit mean (ms): POST /api/tasks | flow.add', 'report, cut', r(all(oh, 'cadre_submit_mean_ms')), `flow.add ${r(all(oh, 'raw_submit_mean_ms'))}`, `×${r(ratio('cadre_submit_mean_ms', 'raw_submit_mean_ms'))}`, runsText(oh)]);
+  rows.push(['submit p99 (ms)', 'report', r(all(oh, 'cadre_submit_p99_ms')), `flow.add ${r(all(oh, 'raw_submit_p99_ms'))}`, '-', runsText(oh)]);
+  rows.push(['one-worker tasks/s', '≥ 0.5× raw', r(all(oh, 'cadre_tasks_per_s')), `raw ${r(all(oh, 'raw_tasks_per_s'))}`, `×${r(all(oh, 'throughput_ratio'), 2)}`, runsText(oh)]);
+}
+const fo = runsOf('fanout');
+if (fo.length) {
+  rows.push(['fan-out deliveries per serving CPU-second, 100 × 200 ev/s', '≥ 0.7× ceiling', r(all(fo, 'cadre_deliveries_per_cpu_s'), 0), `bare grpc-js broadcaster ${r(all(fo, 'ceiling_deliveries_per_cpu_s'), 0)}`, `×${r(all(fo, 'efficiency_ratio'), 2)}`, runsText(fo)]);
+  rows.push(['fan-out p99, 100 watchers × 200 ev/s, own process (ms)', '≤ 10', r(all(fo, 'cadre_p99_ms')), `ceiling ${r(all(fo, 'ceiling_p99_ms'))}; raw XREAD ${r(all(fo, 'raw_xread_p99_ms'))}`, '-', runsText(fo)]);
+  rows.push(['stream reads per event, 100 watchers', 'no growth', r(all(fo, 'cadre_reads_per_event'), 2), `raw XREAD ${r(all(fo, 'raw_reads_per_event'))}`, '-', runsText(fo)]);
+}
+const ca = runsOf('cancel');
+if (ca.length) {
+  const both = (k: 'p50_ms' | 'p99_ms' | 'max_ms'): number[] => ca.map((l) => (l.figures.both as Record<string, number>)[k]!);
+  rows.push(['cancel → tool and model jobs out of active (ms), p50 | p99', '< 1,000', `${r(both('p50_ms'))} | ${r(both('p99_ms'))}`, '-', '-', runsText(ca)]);
+}
+const me = runsOf('memory');
+if (me.length) {
+  const f = (k: (x: Record<string, unknown>) => number): number[] => me.map((l) => k(l.figures));
+  rows.push(['gateway RSS holding 1,000 WatchTeam streams (MB)', '< 256', r(f((x) => x.rss_holding_mb as number)), '-', '-', runsText(me)]);
+  rows.push(['stalled-watcher burst: peak RSS (MB)', '< 256', r(f((x) => (x.stalled as { rss_peak_mb: number }).rss_peak_mb)), `unbounded buffer +${r(f((x) => (x.burst as { unbounded_buffer_mb: number }).unbounded_buffer_mb))}`, '-', runsText(me)]);
+  rows.push(['peak RSS over the whole memory bench (VmHWM, MB)', '< 256', r(f((x) => x.peak_rss_mb as number)), '-', '-', runsText(me)]);
+}
+printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
+  ['claim', 'goal', 'cadre', 'baseline', 'ratio', 'runs (1-min load)'] as Cell[], ...rows,
+]);
