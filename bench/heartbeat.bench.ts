@@ -5,7 +5,8 @@
 // throughput (latency), with the gateway's event-loop delay, GC and Redis's Lua time beside each sample; then how
 // long stop-all takes over 1,000 active runs.
 //   npm exec -- node bench/heartbeat.bench.ts
-import { readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
+//   npm exec -- node bench/heartbeat.bench.ts --max-semi-space-size=2   # extra args go to the gateway's node
+import { profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
 import { loadText } from './support/machine.ts';
 import { spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round } from './support/redis-stats.ts';
@@ -36,7 +37,8 @@ async function post(port: number, path: string, body: unknown, headers: Record<s
 
 const redis = await startPrivateRedis();
 const stats = new RedisStats(redis.url);
-const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' });
+const gatewayNodeArgs = process.argv.slice(2);
+const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' }, gatewayNodeArgs);
 const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')] });
 const client = spawnNode('bench/load/heartbeat-client.ts', { args: [JSON.stringify({ agents: AGENTS, workspaces: WORKSPACES, runsKey: RUNS_KEY })] });
 try {
@@ -53,7 +55,7 @@ try {
   const side = (name: keyof typeof servers) => async (): Promise<Closed> => {
     const { port, proc } = servers[name];
     const cpu = proc.cpuSeconds();
-    const r = await run<Omit<Closed, 'server_cpu_s'>>({ cmd: 'closed', port, seconds: SECONDS });
+    const r = await profiledWindow(`heartbeat closed ${name}`, () => run<Omit<Closed, 'server_cpu_s'>>({ cmd: 'closed', port, seconds: SECONDS }));
     return { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2) };
   };
   const closed = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json') });
@@ -67,7 +69,7 @@ try {
       await stats.slowlogFrom(1_000);
     }
     const cpu = proc.cpuSeconds();
-    const r = await run<Omit<Open, 'server_cpu_s' | 'server'>>({ cmd: 'open', port, rate: halfRate, seconds: SECONDS });
+    const r = await profiledWindow(`heartbeat open ${name}`, () => run<Omit<Open, 'server_cpu_s' | 'server'>>({ cmd: 'open', port, rate: halfRate, seconds: SECONDS }));
     const out: Open = { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2), server: await readProbe(proc) };
     if (name === 'cadre') {
       const { calls, usec } = await stats.detail();
@@ -110,7 +112,7 @@ try {
   note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms; per round ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
   note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s); ${loadText()}`);
   saveResults('heartbeat', {
-    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, half_rate: halfRate, closed, open,
+    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, half_rate: halfRate, closed, open,
     summary: {
       cadre_per_s: cRates, fixed_json_per_s: fRates, throughput_ratio: ratios.map((x) => round(x, 2)),
       cadre_p99_ms: p99('cadre'), fixed_json_p99_ms: p99('fixed_json'), p99_ratio: p99Ratios.map((x) => round(x, 1)),

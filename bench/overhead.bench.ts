@@ -8,7 +8,7 @@
 // follow its events).
 //
 //   npm exec -- node bench/overhead.bench.ts
-import { PROBE, profileArgs, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { PROBE, profileArgs, profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import { sleep, type LatencySummary } from './support/latency.ts';
 import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
 import { RedisStats, round, topCommands, totalCalls } from './support/redis-stats.ts';
@@ -57,7 +57,7 @@ const measure = (s: System) => async (): Promise<Sample> => {
   await s.stats.reset();
   const cpu0 = Object.fromEntries(Object.entries(s.serving).map(([k, p]) => [k, p.cpuSeconds()]));
   const redisCpu0 = await s.stats.cpuSeconds();
-  const r = await runTasks(s.client, TASKS);
+  const r = await profiledWindow(`overhead ${s.name}`, () => runTasks(s.client, TASKS));
   const byProcess = Object.fromEntries(Object.entries(s.serving).map(([k, p]) => [k, round(((p.cpuSeconds() - cpu0[k]!) * 1000) / TASKS, 2)]));
   const redisCpu = (await s.stats.cpuSeconds()) - redisCpu0;
   const { calls, usec } = await s.stats.detail();

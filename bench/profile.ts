@@ -2,7 +2,7 @@
 // process, where the time went by area (our apps and libs, each npm package, Node internals, GC, idle) and the
 // top functions by self time and, for our own code, by inclusive time.
 //   BENCH_CPU_PROF=/tmp/prof BENCH_ROUNDS=1 npm exec -- node bench/heartbeat.bench.ts
-//   npm exec -- node bench/profile.ts /tmp/prof [top]
+//   npm exec -- node bench/profile.ts /tmp/prof [top] [window label filter]
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { REPO } from './support/procs.ts';
@@ -40,11 +40,28 @@ const where = (n: ProfileNode): string => {
   return `${n.callFrame.functionName || '(anonymous)'} ${file}:${n.callFrame.lineNumber + 1}`;
 };
 
+/** Measured windows the bench recorded (support/harness.ts profiledWindow); samples outside them are dropped. */
+const windows = (() => {
+  try {
+    return readFileSync(join(dir, 'windows.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { label: string; from_us: number; to_us: number });
+  } catch {
+    return [];
+  }
+})();
+const filter = process.argv[4];
+const kept = windows.filter((w) => !filter || w.label.includes(filter));
+if (kept.length) console.log(`keeping samples inside ${kept.length} measured windows: ${[...new Set(kept.map((w) => w.label))].join(', ')}`);
+
 for (const file of files(dir)) {
   const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
   const byId = new Map(p.nodes.map((n) => [n.id, n]));
   const self = new Map<number, number>();
-  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  let at = p.startTime;
+  p.samples.forEach((id, i) => {
+    at += p.timeDeltas[i] ?? 0;
+    if (kept.length && !kept.some((w) => at >= w.from_us && at <= w.to_us)) return;
+    self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0));
+  });
   const total = [...self.values()].reduce((a, b) => a + b, 0);
   const idle = [...self.entries()].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, t]) => a + t, 0);
   const busy = total - idle;

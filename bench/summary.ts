@@ -13,10 +13,12 @@ const lines = (() => {
     return [];
   }
 })().filter((l) => l.version === BENCH_VERSION);
+/** Runs with extra node flags for the gateway are experiments (see bench/README.md), not the figure as shipped. */
+const experiment = (l: HistoryLine): boolean => ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0;
 
 type Row = [claim: string, goal: string, cadre: string, baseline: string, ratio: string, runs: string];
 const rows: Row[] = [];
-const runsOf = (bench: string) => lines.filter((l) => l.bench === bench);
+const runsOf = (bench: string) => lines.filter((l) => l.bench === bench && !experiment(l));
 const loadOf = (ls: HistoryLine[]): string => range(ls.flatMap((l) => [l.load_start.loadavg[0], l.load_end.loadavg[0]]), 1);
 /** Every value of a summary array across runs. */
 const all = (ls: HistoryLine[], key: string): number[] => ls.flatMap((l) => ((l.figures.summary as Record<string, number[]> | undefined)?.[key] ?? []).filter((x) => x !== null && Number.isFinite(x)));

@@ -1,6 +1,7 @@
 // What every bench needs: a private redis-server, the real gateway as a child process, gRPC watchers, and the
 // task store to write a task's log directly. Loopback only; everything started here is stopped here.
 import { randomUUID } from 'node:crypto';
+import { appendFileSync, mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
@@ -94,6 +95,23 @@ export const PROBE = fileURLToPath(new URL('./probe.ts', import.meta.url));
 export function profileArgs(role: string): string[] {
   const dir = process.env.BENCH_CPU_PROF;
   return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/${role}`] : [];
+}
+
+/**
+ * Runs `f`; under BENCH_CPU_PROF, records its start and end (CLOCK_MONOTONIC µs, the clock V8's profiles use) in
+ * <dir>/windows.jsonl, so bench/profile.ts can keep only the samples taken while a figure was being measured
+ * (not start-up, module loading or warm-up).
+ */
+export async function profiledWindow<T>(label: string, f: () => Promise<T>): Promise<T> {
+  const dir = process.env.BENCH_CPU_PROF;
+  if (!dir) return f();
+  const from = Number(process.hrtime.bigint() / 1000n);
+  try {
+    return await f();
+  } finally {
+    mkdirSync(dir, { recursive: true });
+    appendFileSync(`${dir}/windows.jsonl`, `${JSON.stringify({ label, from_us: from, to_us: Number(process.hrtime.bigint() / 1000n) })}\n`);
+  }
 }
 
 /** Sends SIGUSR2 to a process that loaded the probe and returns its report. */

@@ -10,9 +10,10 @@ export const RESULTS_FILE = fileURLToPath(new URL('../results/latest.json', impo
 export const HISTORY_FILE = fileURLToPath(new URL('../results/runs.jsonl', import.meta.url));
 /**
  * Bumped whenever a bench changes what it measures or how, so ranges only span comparable runs. 2: load
- * generators in their own processes, baseline and Cadre alternating over several rounds.
+ * generators in their own processes, baseline and Cadre alternating over several rounds. 3: the same on the
+ * product after roz's numeric WorkerPhase.phase (the fan-out's events marked by mode) and the control-keyed stop-all.
  */
-export const BENCH_VERSION = 2;
+export const BENCH_VERSION = 3;
 
 export interface HistoryLine {
   version: number;
@@ -37,8 +38,8 @@ export interface ResultsFile {
 
 /**
  * Merges one bench's figures into results/latest.json (so each bench can run alone or from run.ts) and appends
- * them to results/runs.jsonl with the machine's load at the bench's start and end. BENCH_PROFILE runs (a CPU
- * profiler slows what it watches) are not kept in the history.
+ * them to results/runs.jsonl with the machine's load at the bench's start and end. Not kept: BENCH_CPU_PROF runs
+ * (a CPU profiler slows what it watches) and BENCH_NO_RECORD runs (quick looks with shortened settings).
  */
 export function saveResults(bench: string, figures: Record<string, unknown>): void {
   let file: ResultsFile | undefined;
@@ -65,7 +66,7 @@ export function saveResults(bench: string, figures: Record<string, unknown>): vo
     benches: { ...file?.benches, [bench]: { version: BENCH_VERSION, measured_at: line.measured_at, load_start: line.load_start, load_end: line.load_end, ...figures } },
   };
   mkdirSync(dirname(RESULTS_FILE), { recursive: true });
-  if (process.env.BENCH_CPU_PROF) return;
+  if (process.env.BENCH_CPU_PROF || process.env.BENCH_NO_RECORD) return;
   writeFileSync(RESULTS_FILE, `${JSON.stringify(next, null, 2)}\n`);
   appendFileSync(HISTORY_FILE, `${JSON.stringify(line)}\n`);
 }
