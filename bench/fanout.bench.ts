@@ -8,7 +8,7 @@
 //   npm exec -- node bench/fanout.bench.ts
 import { KeyBuilder, type TaskStore } from '@cadre/store';
 import { base64ToF64 } from './support/child.ts';
-import { benchStore, createLiveTask, finishLiveTask, newPrefix, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
+import { benchStore, createLiveTask, finishLiveTask, newPrefix, profiledWindow, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
@@ -94,10 +94,12 @@ async function cadre(b: Bench, mode: 'grpc' | 'xread'): Promise<Phase> {
   await b.stats.reset();
   const redisCpu = await b.stats.cpuSeconds();
   const gwCpu = b.gateway.cpuSeconds();
-  appender.send({ cmd: 'go' });
-  const sent = await appender.next<Message & { t0: string; achieved: number; failed: number }>('done', (SECONDS + 60) * 1000);
-  progress(`${mode}: appended`);
-  const done = await collect(watchers);
+  const [sent, done] = await profiledWindow(`fanout ${mode}`, async () => {
+    appender.send({ cmd: 'go' });
+    const appended = await appender.next<Message & { t0: string; achieved: number; failed: number }>('done', (SECONDS + 60) * 1000);
+    progress(`${mode}: appended`);
+    return [appended, await collect(watchers)] as const;
+  });
   progress(`${mode}: collected`);
   const gwUsed = b.gateway.cpuSeconds() - gwCpu;
   const redisUsed = (await b.stats.cpuSeconds()) - redisCpu;

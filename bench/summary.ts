@@ -1,10 +1,11 @@
 // The README's "Speed" figures: every headline figure as min–max over every sample of every recorded run of the
-// current bench version (bench/results/runs.jsonl), with the number of runs and the machine's load over them.
+// current bench version (bench/results/runs.jsonl), with the median beside it, the number of runs and the
+// machine's load over them.
 // Never one favourable run.
 //   npm exec -- node bench/summary.ts
 import { readFileSync } from 'node:fs';
 import { BENCH_VERSION, HISTORY_FILE, printTable, type Cell, type HistoryLine } from './support/report.ts';
-import { range } from './support/rounds.ts';
+import { median, range } from './support/rounds.ts';
 
 const lines = (() => {
   try {
@@ -22,7 +23,12 @@ const runsOf = (bench: string) => lines.filter((l) => l.bench === bench && !expe
 const loadOf = (ls: HistoryLine[]): string => range(ls.flatMap((l) => [l.load_start.loadavg[0], l.load_end.loadavg[0]]), 1);
 /** Every value of a summary array across runs. */
 const all = (ls: HistoryLine[], key: string): number[] => ls.flatMap((l) => ((l.figures.summary as Record<string, number[]> | undefined)?.[key] ?? []).filter((x) => x !== null && Number.isFinite(x)));
-const r = (xs: number[], digits = 1): string => (xs.length ? range(xs, digits) : '-');
+/** min–max, and the median when there are enough samples for it to say something. */
+const r = (xs: number[], digits = 1): string => {
+  if (!xs.length) return '-';
+  const m = Math.round(median(xs) * 10 ** digits) / 10 ** digits;
+  return xs.length >= 3 && Math.min(...xs) !== Math.max(...xs) ? `${range(xs, digits)} (med ${m})` : range(xs, digits);
+};
 const runsText = (ls: HistoryLine[]): string => `${ls.length} (load ${loadOf(ls)})`;
 
 const hb = runsOf('heartbeat');
