@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dirname } from 'node:path';
@@ -22,12 +23,22 @@ export interface HistoryLine {
   bench: string;
   measured_at: string;
   machine: ResultsFile['machine'];
+  /** The commit the bench ran on (the product it measured). */
+  commit: string;
   load_start: MachineLoad;
   load_end: MachineLoad;
   figures: Record<string, unknown>;
 }
 
 const loadAtStart = machineLoad();
+
+function headCommit(): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: dirname(RESULTS_FILE), encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
 
 export interface ResultsFile {
   generated_at: string;
@@ -56,6 +67,7 @@ export function saveResults(bench: string, figures: Record<string, unknown>): vo
     bench,
     measured_at: new Date().toISOString(),
     machine,
+    commit: headCommit(),
     load_start: loadAtStart,
     load_end: machineLoad(),
     figures,
