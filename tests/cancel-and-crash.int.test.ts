@@ -148,10 +148,12 @@ describe('crash safety of a planning lead', () => {
 });
 
 describe('graceful shutdown', () => {
-  it('on SIGTERM a worker stops taking jobs, hands its running job back after the grace period, and exits 0', async () => {
+  it('on SIGTERM a worker with jobs in flight stops taking jobs, hands each back after the grace period and exits 0; another worker finishes them, log contiguous', async () => {
     const draining = await stack.spawnWorkerProcess({ CADRE_SHUTDOWN_GRACE_MS: '300' });
-    const taskId = await createTask([{ role: 'drainer', instructions: 'Wait. [[scripted:call=wait({"ms":2000})]]', tools: ['wait'] }]);
-    await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'drainer-1');
+    const roles = ['drainer', 'digger', 'dreamer'];
+    const taskId = await createTask(roles.map((role) => ({ role, instructions: 'Wait. [[scripted:call=wait({"ms":2000})]]', tools: ['wait'] })));
+    // All three jobs are in flight (each in its tool call) when the signal comes.
+    for (const role of roles) await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === `${role}-${roles.indexOf(role) + 1}`);
     const exited = new Promise<number | null>((resolve) => draining.once('exit', resolve));
     draining.kill('SIGTERM');
     expect(await exited).toBe(0);
@@ -160,11 +162,13 @@ describe('graceful shutdown', () => {
     try {
       const events = await pollUntilTerminal(stack.url, taskId, 20_000);
       assertContiguous(events.map((e) => e.seq));
-      const drainer = events.filter((e) => e.worker_id === 'drainer-1');
-      const handedBack = drainer.find((e) => e.event_type === 'worker_failed')!;
-      expect(handedBack).toMatchObject({ attempt: 1, payload: { reason: 'worker_shutdown' } });
-      expect(drainer.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1, 2]);
-      expect(drainer.at(-2)).toMatchObject({ event_type: 'worker_completed', attempt: 2 });
+      for (const [i, role] of roles.entries()) {
+        const mine = events.filter((e) => e.worker_id === `${role}-${i + 1}`);
+        const handedBack = mine.find((e) => e.event_type === 'worker_failed')!;
+        expect(handedBack).toMatchObject({ attempt: 1, payload: { reason: 'worker_shutdown' } });
+        expect(mine.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1, 2]);
+        expect(mine.at(-2)).toMatchObject({ event_type: 'worker_completed', attempt: 2 });
+      }
       expect(events.at(-1)!.event_type).toBe('task_completed');
     } finally {
       successor.kill('SIGKILL');

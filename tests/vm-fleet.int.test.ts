@@ -50,4 +50,28 @@ describe('VM fleet', () => {
       second.kill('SIGKILL');
     }
   });
+
+  it('hands the run of a vm-agent stopped with SIGTERM mid-run to another agent, which completes it; nothing lost', async () => {
+    const first = await stack.spawnVmAgent('fleet-term', 'vm-c', { VM_AGENT_SHUTDOWN_GRACE_MS: '200' });
+    const created = await call('POST', '/api/runs/', { workspace_id: 'fleet-term', agent_id: 'a', query: 'Slow work [[scripted:call=shell({"command":"sleep 2; echo done"})]]' });
+    const runId = created.body.run.run_id;
+    await waitForLog(runId, (t) => t.includes('tool-call'));
+    const exited = new Promise<number | null>((resolve) => first.once('exit', resolve));
+    first.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    const second = await stack.spawnVmAgent('fleet-term', 'vm-d');
+    try {
+      const events = await waitForLog(runId, (t) => t.includes('streaming-complete'));
+      expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+      const server = events.filter((e) => e.source === 'backend' || e.source === 'api').map((e) => e.event_type);
+      expect(server).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+      expect(events.filter((e) => e.event_type === 'run-worker-assigned').map((e) => e.payload.worker_id)).toEqual(['vm-c', 'vm-d']);
+      // The draining agent wrote no failure: the run was handed back, not failed, and vm-d's attempt completed it.
+      expect(events.map((e) => e.event_type)).not.toContain('error');
+      expect(events.at(-1).event_type).toBe('streaming-complete');
+      expect((await call('GET', `/api/runs/${runId}`)).body).toMatchObject({ status: 'completed', worker: expect.objectContaining({ worker_id: 'vm-d' }) });
+    } finally {
+      second.kill('SIGKILL');
+    }
+  });
 });

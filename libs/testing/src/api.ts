@@ -64,14 +64,17 @@ export function grpcClient(target: string): AgentServiceClient {
   return new AgentServiceClient(target, grpc.credentials.createInsecure());
 }
 
-/** Runs WatchTeam to its end; resolves with the events and the final status. */
-export function watchTeam(client: AgentServiceClient, request: { taskId: string; afterSeq?: number }, key: string | null = TEST_API_KEY): Promise<{ events: TeamEventProto[]; status: grpc.StatusObject | grpc.ServiceError }> {
+/** Runs WatchTeam to its end; resolves with the events and the final status. `onEvent` sees each event as it comes. */
+export function watchTeam(client: AgentServiceClient, request: { taskId: string; afterSeq?: number }, key: string | null = TEST_API_KEY, onEvent?: (e: TeamEventProto) => void): Promise<{ events: TeamEventProto[]; status: grpc.StatusObject | grpc.ServiceError }> {
   return new Promise((resolve) => {
     const metadata = new grpc.Metadata();
     if (key) metadata.set('authorization', `Bearer ${key}`);
     const events: TeamEventProto[] = [];
     const call = client.watchTeam({ taskId: request.taskId, afterSeq: request.afterSeq ?? 0 }, metadata);
-    call.on('data', (e: TeamEventProto) => events.push(e));
+    call.on('data', (e: TeamEventProto) => {
+      events.push(e);
+      onEvent?.(e);
+    });
     call.on('error', (err: grpc.ServiceError) => resolve({ events, status: err }));
     call.on('status', (status: grpc.StatusObject) => {
       if (status.code === grpc.status.OK) resolve({ events, status });
