@@ -522,6 +522,17 @@ describe('run events', () => {
     await control(runId, { action: 'stop' });
     const text = await res;
     expect(/event: run-control\n/.test(text)).toBe(true);
+    // The worker's acknowledgement lands after the stop; a reader resuming at the stop gets it and the stream
+    // still ends (as does one reading from the start, with everything).
+    const stopSeq = (await getRun(runId)).last_event_seq;
+    expect((await relay(runId, { event_type: 'run-control-applied', source: 'worker', payload: { action: 'stop' } })).status).toBe(200);
+    const read = async (afterSeq: number) => {
+      const body = await (await fetch(`${stack.url}/api/runs/${runId}/stream?after_seq=${afterSeq}`, { headers: { 'x-windie-runs-key': RUNS_KEY } })).text();
+      return [...body.matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
+    };
+    expect(await read(stopSeq)).toEqual([stopSeq + 1]);
+    expect(await read(0)).toEqual(Array.from({ length: stopSeq + 1 }, (_, i) => i + 1));
+    expect(await read(stopSeq + 1)).toEqual([]);
   });
 });
 

@@ -141,8 +141,16 @@ export class RunService {
   async watch(principal: Principal, runId: string, afterSeq: number): Promise<LogWatcher<RunEvent> | null> {
     const run = await this.get(principal, runId);
     if (afterSeq > run.last_event_seq) throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of run ${runId}'s log (last seq ${run.last_event_seq})`);
-    if (afterSeq === run.last_event_seq && TERMINAL_RUN_STATUSES.includes(run.status)) return null;
-    return this.deps.fanout.watch(this.deps.store.runLog(runId, run.workspace_id), afterSeq);
+    const log = this.deps.store.runLog(runId, run.workspace_id);
+    if (TERMINAL_RUN_STATUSES.includes(run.status)) {
+      if (afterSeq === run.last_event_seq) return null;
+      // A run that ended may still get late events after its ending one (its worker's acknowledgement of a stop,
+      // chunks that were on their way): replay the log as it stands and close at its last event. Its own tail id,
+      // so no live tail of the run (which ends at the ending event) is shared.
+      const endAt = run.last_event_seq;
+      return this.deps.fanout.watch({ ...log, id: `${log.id}@${endAt}`, isTerminal: (e) => e.seq >= endAt }, afterSeq);
+    }
+    return this.deps.fanout.watch(log, afterSeq);
   }
 
   list(workspaceId: string, status?: RunRecord['status']): Promise<RunRecord[]> {
