@@ -100,4 +100,30 @@ describe('StreamSession over a real gRPC client', () => {
     expect(keepalives.every((k) => k.tokensMax === 50_000 && k.seq === 0)).toBe(true);
     expect(s.of('textDelta').map((d) => d.content).join('')).toContain('w48');
   });
+
+  it('compacts the transcript through the model when it outgrows max_context_tokens', async () => {
+    const s = new SessionStream(client);
+    start(s, { maxContextTokens: 300 });
+    await s.waitForCase('sessionStarted');
+    const sessionId = (s.frames[0]!.response!.value as { sessionId: string }).sessionId;
+    s.send({ $case: 'userMessage', value: { content: 'Tell me everything [[scripted:words=400]]', messageId: 't1' } });
+    const first = await s.waitForCase('turnComplete');
+    s.send({ $case: 'userMessage', value: { content: 'And briefly? [[scripted:words=0]]', messageId: 't2' } });
+    const second = await s.waitFor((f) => f.response?.$case === 'turnComplete' && f.seq > first.seq);
+    const compacted = s.of('contextCompacted');
+    expect(compacted).toHaveLength(1);
+    const c = compacted[0]!;
+    expect(c.seq).toBeGreaterThan(first.seq);
+    expect(c.seq).toBeLessThan(second.seq);
+    expect(c.tokensBefore).toBeGreaterThan(300);
+    expect(c.tokensAfter).toBeLessThan(c.tokensBefore);
+    expect(c).toMatchObject({ level: 'summary', messagesBefore: 3, messagesAfter: 2, summary: expect.stringContaining('Summarise this conversation') });
+    // The turn's answer comes from the compacted transcript: the summary, then the new message.
+    const text = s.of('textDelta').filter((d) => d.seq > c.seq).map((d) => d.content).join('');
+    expect(text).toBe('Scripted answer to "And briefly? [[scripted:words=0]]"');
+    const events = await httpClient(stack.url).get<{ events: { event_type: string; payload: any }[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
+    expect(events.body.events.find((e) => e.event_type === 'context_compacted')!.payload.messages_before).toBe(3);
+    s.send({ $case: 'cancelSession', value: {} });
+    expect((await s.status).code).toBe(grpc.status.OK);
+  });
 });

@@ -3,6 +3,7 @@ import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall 
 import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
 import type { ClientCall, SessionStore, TurnCommit, TurnState } from '@cadre/store';
+import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments } from './session-engine.ts';
 import type { SessionQueue } from './session-queue.ts';
@@ -56,6 +57,7 @@ export class TurnRunner {
   /** Runs the claimed turn until it finishes or parks. */
   async run(sessionId: string, lease: string, signal: AbortSignal): Promise<TurnRunOutcome> {
     const { store } = this.deps;
+    let compactionFailed = false;
     while (true) {
       signal.throwIfAborted();
       const state = await store.loadTurn(sessionId);
@@ -70,6 +72,13 @@ export class TurnRunner {
           }
           // A model-turn boundary: queued steering joins the transcript before the model is called.
           if ((await store.deliverSteering(sessionId, lease)) > 0) break;
+          // Before the call that would outgrow max_context_tokens: the earlier turns become one summary.
+          const plan: ReturnType<typeof compactionPlan> = compactionFailed ? null : compactionPlan(state);
+          if (plan) {
+            // A summary the model could not make is not worth failing the turn: it goes on uncompacted.
+            compactionFailed = !(await this.compact(state, lease, plan, signal));
+            break;
+          }
           if (await this.modelCall(state, lease, signal)) return 'finished';
           break;
         }
@@ -98,6 +107,26 @@ export class TurnRunner {
         }
       }
     }
+  }
+
+  private async compact(state: TurnState, lease: string, plan: { count: number; tokensBefore: number }, signal: AbortSignal): Promise<boolean> {
+    let summary: string;
+    try {
+      summary = await summarise(this.deps.model, state, plan.count, signal);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      return false;
+    }
+    const message = { role: 'user', content: `[Summary of the earlier conversation]\n${summary}` };
+    const after: TurnState = { ...state, transcript: [message, ...state.transcript.slice(plan.count)], turn_started_len: 1 };
+    await this.deps.store.compactTranscript(state.session_id, lease, state.transcript.length, plan.count, message, {
+      tokens_before: plan.tokensBefore,
+      tokens_after: estimateTokens(modelMessages(after)),
+      messages_before: state.transcript.length,
+      messages_after: after.transcript.length,
+      summary,
+    });
+    return true;
   }
 
   /** A deadline job: the client never answered, so the model gets a tool error and the turn goes on. */

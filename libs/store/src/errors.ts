@@ -20,7 +20,8 @@ export type StoreErrorCode =
   | 'tool_call_not_found'
   | 'tool_call_finished'
   | 'too_many_tools'
-  | 'queue_full';
+  | 'queue_full'
+  | 'transcript_changed';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;
@@ -82,6 +83,8 @@ export function sessionScriptError(code: number, what: string): StoreError {
       return new StoreError('tool_call_not_found', `${what}: no such tool call is waiting in this session's current turn`);
     case -10:
       return new StoreError('tool_call_finished', `${what}: this tool call already has its result`);
+    case -13:
+      return new StoreError('transcript_changed', `${what}: the transcript changed meanwhile`);
     case -11:
       return new StoreError('too_many_tools', `${what}: the session would have too many client tools`);
     case -12:

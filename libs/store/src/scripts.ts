@@ -73,6 +73,7 @@ export interface StoreScripts {
   finishTurn(...args: ScriptArg[]): Promise<[number, number?]>;
   abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
   setInputModes(...args: ScriptArg[]): Promise<number>;
+  compactTranscript(...args: ScriptArg[]): Promise<number>;
 }
 
 export function scriptsOf(redis: Redis): StoreScripts {

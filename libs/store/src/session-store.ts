@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
+import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionEventPayloads, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
 import { checkCursor, sessionScriptError } from './errors.ts';
@@ -168,6 +168,18 @@ export class SessionStore {
       JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.channel,
     );
     if (seq < 0) throw sessionScriptError(seq, 'commit turn');
+    return seq;
+  }
+
+  /**
+   * Replaces the oldest `count` transcript messages with `summary`, if the transcript still has `expectedLength`
+   * messages; appends context_compacted. Throws lease_lost or transcript_changed.
+   */
+  async compactTranscript(sessionId: string, lease: string, expectedLength: number, count: number, summary: object, payload: SessionEventPayloads['context_compacted']): Promise<number> {
+    const seq = await this.scripts.compactTranscript(
+      ...this.k(sessionId), sessionId, lease, expectedLength, count, JSON.stringify(summary), JSON.stringify(payload), this.maxEvents, this.channel,
+    );
+    if (seq < 0) throw sessionScriptError(seq, 'compact transcript');
     return seq;
   }
 
