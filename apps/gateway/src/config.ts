@@ -17,6 +17,8 @@ export function gatewayConfig(env: Env) {
     watcherBufferLimit: int('CADRE_WATCHER_BUFFER', 1024, { min: 16 }),
     bodyLimitBytes: int('CADRE_BODY_LIMIT_BYTES', 1024 * 1024, { min: 1024 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 10_000, { min: 0 }),
+    /** A task still not enqueued this long after its creation began was left by a gateway that died: enqueue it. */
+    enqueueGraceMs: int('CADRE_ENQUEUE_GRACE_MS', 10_000, { min: 100 }),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     // The original's names keep their meaning: WINDIE_DEMO_API_KEY is its fallback runs key, and its control key

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { Counter, Gauge, Histogram } from 'prom-client';
-import { bullmqTelemetry, createMetricsRegistry, type Logger } from '@cadre/observability';
+import { bullmqTelemetry, createMetricsRegistry, scrubError, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
 import { Authenticator } from './auth.ts';
@@ -14,6 +14,7 @@ import { TaskService } from './tasks/task-service.ts';
 import { RunService } from './runs/run-service.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
+import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
 import type { GatewayConfig } from './config.ts';
 
 export interface Gateway {
@@ -28,12 +29,12 @@ export interface Gateway {
  */
 export async function startGateway(config: GatewayConfig & { redisUrl: string }, logger: Logger): Promise<Gateway> {
   const keys = new KeyBuilder(config.keyPrefix);
-  const onRedisError = (err: Error): void => logger.warn({ err: err.message }, 'redis connection error');
+  const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
   const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
   const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
-  const queue = new TeamQueue({ connection: bullConnection, keys, telemetry });
+  const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const metrics = createMetricsRegistry('gateway');
   // Append (the event's timestamp, Redis's clock) → handed to a watcher's stream, for events delivered live.
   const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to a live watcher (gRPC or SSE)', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
@@ -67,6 +68,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     defaultModel: config.model,
   });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
+  const enqueueSweeper = new EnqueueSweeper({ store, queue, graceMs: config.enqueueGraceMs, logger });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
@@ -106,7 +108,9 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
     adminQueues: queue.adminQueues(),
-    isReady: async () => !draining && (await redis.ping()) === 'PONG',
+    // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
+    // answer at all: while the connection is not up, the answer is "not ready" at once.
+    isReady: async () => !draining && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',
   });
   await http.ready();
   const grpc = createGrpcServer({
@@ -120,6 +124,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });
   grpc.health.setServing();
   sweeper.start();
+  enqueueSweeper.start();
   logger.info({ port: listener.port }, 'gateway listening (REST + gRPC)');
 
   return {
@@ -130,6 +135,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       // (clients resume from their last seq on another replica), then close servers and connections.
       draining = true;
       sweeper.stop();
+      enqueueSweeper.stop();
       grpc.health.setNotServing();
       await listener.close();
       await fanout.close();
@@ -140,4 +146,11 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
       await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
     },
   };
+}
+
+/** `promise`, or undefined once `ms` have passed (a readiness probe must answer, not wait). */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }

@@ -1,7 +1,8 @@
 import { tracing } from './tracing.ts';
 import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
-import { createLogger } from '@cadre/observability';
+import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
+import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
 import { gatewayConfig } from './config.ts';
 import { startGateway } from './gateway.ts';
 
@@ -10,10 +11,18 @@ import { startGateway } from './gateway.ts';
 const config = configOrExit('gateway', () => gatewayConfig(process.env));
 if (!config.redisUrl) exitForConfig('gateway', ['REDIS_URL: required: the Redis to use, e.g. redis://127.0.0.1:6379 (npm start sets up a private redis-server)']);
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
+exitOnCrash(logger);
+// A Redis that refuses the password is a configuration problem: one line naming REDIS_URL (never its password).
+await checkRedisCredentials(config.redisUrl).catch((err: unknown) => {
+  if (err instanceof RedisAuthError) exitForConfig('gateway', [`REDIS_URL: ${err.message}`]);
+  throw err;
+});
 const gateway = await startGateway({ ...config, redisUrl: config.redisUrl }, logger).catch((err: unknown) => {
   const problem = listenProblem(err, { port: config.port, host: config.host });
   if (problem) exitForConfig('gateway', [problem]);
-  throw err;
+  // Not rethrown: Node would print the error object, with whatever arguments a library attached to it.
+  logger.fatal({ err: scrubError(err) }, 'gateway could not start');
+  process.exit(1);
 });
 
 onShutdown({

@@ -6,9 +6,9 @@ import { int, logLevel, oneOf, readConfig, str, url, type Env } from '@cadre/con
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
 /**
- * The only reader of the environment for `npm start`. The whole environment is also passed through to the
- * children (so every gateway/worker variable works here too); the fields below are the ones the stack itself
- * decides on or fills in.
+ * The only reader of the environment for `npm start`. The environment is also handed on to the children, each
+ * getting only the variables its role reads (child-env.ts), so every gateway/worker/vm-agent variable works here
+ * too; the fields below are the ones the stack itself decides on or fills in.
  */
 export function stackConfig(env: Env) {
   const config = readConfig(env, {
@@ -16,7 +16,7 @@ export function stackConfig(env: Env) {
     // Dev default: only this machine can reach the stack. The gateway alone defaults to 0.0.0.0.
     host: str('HOST', '127.0.0.1'),
     redisUrl: url('REDIS_URL'),
-    openaiBaseUrl: url('OPENAI_BASE_URL'),
+    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
     openaiApiKey: str('OPENAI_API_KEY'),
     apiKey: str('CADRE_API_KEY'),
     workers: int('WORKERS', 1, { min: 1, max: 64 }),

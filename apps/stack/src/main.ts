@@ -11,6 +11,7 @@ import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
 import { renderBanner } from './banner.ts';
 import { ServiceProcess, killAll, stopAll } from './children.ts';
+import { childEnv } from './child-env.ts';
 import { REPO_ROOT, stackConfig, type StackConfig } from './config.ts';
 import { loadOrCreateDevApiKey } from './dev-api-key.ts';
 import { loopbackFor, portUnavailable, waitForReady } from './readiness.ts';
@@ -194,8 +195,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     LOG_LEVEL: config.logLevel,
     WORKER_CONCURRENCY: String(config.workerConcurrency),
   };
-  stack.spawn('gateway', 'apps/gateway/src/main.ts', env);
-  for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', env);
+  stack.spawn('gateway', 'apps/gateway/src/main.ts', childEnv('gateway', env));
+  for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', childEnv('worker', env));
   const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
   const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
   if (outcome === 'aborted') return;
@@ -206,17 +207,16 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   // VM agents heartbeat the gateway from their first second: started only once it is ready, so the first run of
   // the stack shows no connection-refused noise.
   for (let i = 1; i <= config.vmAgents; i++) {
-    // A VM agent gets what a VM would have, not the control plane's secrets (Redis, the tasks key): its shell
-    // tool runs as the same user.
-    const { REDIS_URL: _redis, CADRE_API_KEY: _key, CADRE_API_KEYS: _keys, RUNS_CONTROL_API_KEY: _control, WINDIE_RUNS_CONTROL_API_KEY: _windieControl, ...vmEnv } = env;
-    stack.spawn(`vm-agent-${i}`, 'apps/vm-agent/src/main.ts', {
-      ...vmEnv,
+    // A VM agent gets what a VM would have (its runs key, the model), not the control plane's secrets (Redis, the
+    // tasks keys, the control key): see child-env.ts. Its shell tool runs with an environment of its own.
+    stack.spawn(`vm-agent-${i}`, 'apps/vm-agent/src/main.ts', childEnv('vm-agent', {
+      ...env,
       CADRE_GATEWAY_URL: `http://${loopbackFor(config.host)}:${config.port}`,
       VM_AGENT_WORKSPACE_ID: env.VM_AGENT_WORKSPACE_ID ?? 'default',
       VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,
       // No VM_AGENT_WORKDIR (unless set for the stack): each agent makes a temp dir of its own, outside the data
       // dir, so a run's shell neither finds the dev keys nor shares files with another checkout's agents.
-    });
+    }));
   }
 
   // Where the `cadre` CLI finds this stack (with the dev keys beside it) when CADRE_URL is not set.

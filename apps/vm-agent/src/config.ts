@@ -13,7 +13,7 @@ export function vmAgentConfig(env: Env) {
     userId: str('VM_AGENT_USER_ID'),
     /** Unset: a directory of this process's own under the system temp dir (see main.ts). */
     workdir: str('VM_AGENT_WORKDIR'),
-    openaiBaseUrl: url('OPENAI_BASE_URL'),
+    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),
     maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),

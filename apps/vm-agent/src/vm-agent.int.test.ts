@@ -19,6 +19,8 @@ let workdir: string;
 let agent: ChildProcess;
 let agentOutput = '';
 const workerId = `vm-int-${randomUUID().slice(0, 8)}`;
+/** Secrets the agent process holds that a run's tools must not see. */
+const CANARIES = { CADRE_API_KEY: `canary-tasks-${randomUUID()}`, RUNS_CONTROL_API_KEY: `canary-control-${randomUUID()}`, SOME_CLOUD_TOKEN: `canary-cloud-${randomUUID()}` };
 
 interface RunEvent {
   seq: number;
@@ -69,6 +71,7 @@ beforeAll(async () => {
       OPENAI_BASE_URL: stack.model.url,
       OPENAI_API_KEY: 'scripted',
       LOG_LEVEL: 'info',
+      ...CANARIES,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -129,6 +132,18 @@ describe('vm-agent: a real process executing runs', () => {
 
     expect(await readFile(join(workdir, runId, 'out.txt'), 'utf8')).toBe('hi\n');
     expect(await readFile(join(workdir, runId, 'notes/a.txt'), 'utf8')).toBe('alpha');
+  });
+
+  it("runs a run's shell with an environment of its own: none of the agent's variables reach a tool-result", async () => {
+    const runId = await createRun('Show the environment [[scripted:call=shell({"command":"env; echo key=$RUNS_API_KEY model=$OPENAI_API_KEY"})]]');
+    await waitForEvent(runId, (e) => e.event_type === 'streaming-complete' || e.event_type === 'error', 'the run to end');
+    const results = (await events(runId)).filter((e) => e.event_type === 'tool-result');
+    expect(results).toHaveLength(1);
+    const output: string = results[0]!.payload.output;
+    expect(output).toMatch(/^PATH=/m);
+    expect(output).toContain('key= model=');
+    for (const canary of Object.values(CANARIES)) expect(output).not.toContain(canary);
+    expect(output).not.toContain(stack.url);
   });
 
   it('stop kills the running tool at once; the agent lives on, acknowledges the stop and relays nothing more', async () => {

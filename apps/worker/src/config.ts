@@ -5,7 +5,7 @@ import { bool, int, logLevel, readConfig, str, url, type Env } from '@cadre/conf
 export function workerConfig(env: Env) {
   return readConfig(env, {
     redisUrl: url('REDIS_URL'),
-    openaiBaseUrl: url('OPENAI_BASE_URL'),
+    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),
     concurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),
@@ -17,8 +17,11 @@ export function workerConfig(env: Env) {
     maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),
     workerTimeoutMs: int('CADRE_WORKER_TIMEOUT_MS', 300_000, { min: 100 }),
     modelRetries: int('CADRE_MODEL_RETRIES', 3, { min: 0, max: 10 }),
-    /** A job whose lock is not renewed for this long is handed to another worker (crash recovery). */
-    lockMs: int('CADRE_JOB_LOCK_MS', 30_000, { min: 500 }),
+    /**
+     * A job whose lock is not renewed for this long is handed to another worker (crash recovery). The stall check
+     * runs every half of it, so a dead worker's job is retaken within 1.5 × this (15 s by default).
+     */
+    lockMs: int('CADRE_JOB_LOCK_MS', 10_000, { min: 500 }),
     /** How many times a job may lose its worker before it fails for good. */
     maxAttempts: int('CADRE_MAX_ATTEMPTS', 3, { min: 1, max: 20 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),

@@ -1,7 +1,8 @@
 import { tracing } from './tracing.ts';
 import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
-import { createLogger } from '@cadre/observability';
+import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
+import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
 import { workerConfig } from './config.ts';
 import { startWorkerPool } from './worker-pool.ts';
 
@@ -16,13 +17,21 @@ const required = {
 const missing = Object.entries(required).filter(([, [value]]) => !value);
 if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) => `${name}: required: ${what} (npm start sets it up for you)`));
 const logger = createLogger({ name: 'worker', level: config.logLevel });
+exitOnCrash(logger);
+// A Redis that refuses the password is a configuration problem: one line naming REDIS_URL (never its password).
+await checkRedisCredentials(config.redisUrl!).catch((err: unknown) => {
+  if (err instanceof RedisAuthError) exitForConfig('worker', [`REDIS_URL: ${err.message}`]);
+  throw err;
+});
 const pool = await startWorkerPool(
   { ...config, redisUrl: config.redisUrl!, openaiBaseUrl: config.openaiBaseUrl!, openaiApiKey: config.openaiApiKey! },
   logger,
 ).catch((err: unknown) => {
   const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'WORKER_METRICS_PORT', hostVariable: 'WORKER_METRICS_HOST' });
   if (problem) exitForConfig('worker', [problem]);
-  throw err;
+  // Not rethrown: Node would print the error object, with whatever arguments a library attached to it.
+  logger.fatal({ err: scrubError(err) }, 'worker could not start');
+  process.exit(1);
 });
 
 onShutdown({

@@ -1,7 +1,7 @@
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
-import { agentMetrics, bullmqTelemetry, createMetricsRegistry, serveMetrics, type Logger } from '@cadre/observability';
+import { agentMetrics, bullmqTelemetry, createMetricsRegistry, scrubError, serveMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
@@ -20,12 +20,12 @@ type PoolConfig = WorkerConfig & { redisUrl: string; openaiBaseUrl: string; open
 /** A BullMQ worker running agent jobs, plus the cancel listener and metrics endpoint around it. */
 export async function startWorkerPool(config: PoolConfig, logger: Logger): Promise<WorkerPool> {
   const keys = new KeyBuilder(config.keyPrefix);
-  const onRedisError = (err: Error): void => logger.warn({ err: err.message }, 'redis connection error');
+  const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
   const redis = connectRedis(config.redisUrl, 'cadre-worker', { onError: onRedisError });
   const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
-  const queue = new TeamQueue({ connection: redis, keys, telemetry });
+  const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry });
   const cancels = new CancelRegistry();
@@ -72,6 +72,9 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     connection: redis as unknown as ConnectionOptions,
     prefix: keys.bullPrefix(),
     concurrency: config.concurrency,
+    // Recovery vs load (README "Crash recovery"): a dead worker's job is retaken at the first stall check after its
+    // lock expired, at most lockMs + lockMs/2 after the death. Renewals are one script per process per tick for all
+    // its jobs, and one stall check per queue per interval runs cluster-wide (BullMQ's stalled-check key).
     lockDuration: config.lockMs,
     stalledInterval: Math.max(250, Math.floor(config.lockMs / 2)),
     // A stalled job goes back to wait this many times (a lost worker each time) before it fails.
@@ -104,7 +107,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
         if (!(e instanceof StoreError)) logger.error({ err: e, taskId, workerId }, 'could not record a lost job');
       });
   });
-  worker.on('error', (err) => logger.error({ err }, 'bullmq worker error'));
+  worker.on('error', (err) => logger.error({ err: scrubError(err) }, 'bullmq worker error'));
   void worker.run();
   await worker.waitUntilReady();
 

@@ -72,16 +72,24 @@ export function bool(names: Names, fallback: boolean): Field<boolean> {
   };
 }
 
-export function url(names: Names): Field<string | undefined> {
+/**
+ * A URL. With `noCredentials`, one carrying `user:pass@` is refused (its value is never repeated): a client that
+ * would send them nowhere (the `openai` package ignores them) must not start and fail every call later.
+ */
+export function url(names: Names, opts: { noCredentials?: string } = {}): Field<string | undefined> {
   return {
     names: namesOf(names),
     parse(raw) {
       if (raw === undefined) return undefined;
+      let parsed: URL;
       try {
-        new URL(raw);
+        parsed = new URL(raw);
       } catch {
         // Not a URL, so its password cannot be cut out reliably: name nothing but its length.
         throw new Error(`expected a URL (scheme://host:port), got ${raw.length} characters that do not parse as one`);
+      }
+      if (opts.noCredentials !== undefined && (parsed.username !== '' || parsed.password !== '')) {
+        throw new Error(`must not carry a user name or password (user:pass@ in ${redactUrl(raw)}); ${opts.noCredentials}`);
       }
       return raw;
     },

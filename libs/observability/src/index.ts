@@ -22,3 +22,4 @@ export {
 } from './tracing.ts';
 export { droppedLogLines, LOG_BUFFER_BYTES } from './log-destination.ts';
 export { createLogPrettifier } from './pretty.ts';
+export { exitOnCrash, scrubError, scrubText, type ScrubbedError } from './scrub.ts';

@@ -1,6 +1,7 @@
 import { pino, type Logger } from 'pino';
 import { activeTraceIds } from './tracing.ts';
 import { stdoutDestination } from './log-destination.ts';
+import { scrubError } from './scrub.ts';
 
 export type { Logger };
 
@@ -27,6 +28,8 @@ export function createLogger(opts: { name: string; level?: string }): Logger {
       name: opts.name,
       level: opts.level ?? 'info',
       redact: { paths: REDACT, censor: '[redacted]' },
+      // Errors are logged without the arguments libraries attach to them (see scrub.ts).
+      serializers: { err: scrubError, error: scrubError },
       base: { pid: process.pid },
       timestamp: pino.stdTimeFunctions.isoTime,
       // The trace of the work a line belongs to (none when tracing is off), so logs and spans join up.

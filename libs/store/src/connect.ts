@@ -12,3 +12,33 @@ export function connectRedis(url: string, name: string, opts: { autoPipelining?:
   redis.on('error', opts.onError ?? (() => undefined));
   return redis;
 }
+
+/** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */
+export class RedisAuthError extends Error {
+  constructor(reply: string) {
+    super(`Redis refused the credentials in REDIS_URL (${reply}); check the password (it is not shown here)`);
+    this.name = 'RedisAuthError';
+  }
+}
+
+const AUTH_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)|invalid password|AUTH.*(failed|without any password)/i;
+
+/**
+ * Waits until Redis at `url` accepts a connection with its credentials. A refused password rejects at once with
+ * a RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an unreachable Redis is
+ * waited for, as a service started before its Redis should.
+ */
+export async function checkRedisCredentials(url: string): Promise<void> {
+  const probe = new Redis(url, { maxRetriesPerRequest: null, lazyConnect: true, connectionName: 'cadre-preflight' });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.on('error', (err: Error) => {
+        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(err.message.split(/\s/)[0]!));
+      });
+      probe.once('ready', () => resolve());
+      probe.connect().catch(() => undefined);
+    });
+  } finally {
+    probe.disconnect();
+  }
+}

@@ -7,8 +7,10 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{t:<id>}:meta     hash: task fields, `seq` (last appended seq), `status`
  *   <prefix>:{t:<id>}:events   stream: one entry per event, entry id `<seq>-0`
  *   <prefix>:{t:<id>}:roster   hash: worker_id → worker JSON (role, status, attempt, lease, result, ...)
- *   <prefix>:idem:{<ws>}:<sha256(key)>   string: task id created for an Idempotency-Key
  *   <prefix>:stats:tasks       hash: status → count of tasks that reached it (metrics only)
+ *   <prefix>:tasks:enqueueing  sorted set: task id → ms its creation began; left behind only by a gateway that
+ *                              died before enqueueing the task's jobs (a sweeper enqueues those)
+ * (A task created with an Idempotency-Key has an id derived from workspace and key, so it needs no key of its own.)
  *
  *
  * Runs live under their workspace's tag `{w:<ws>}` (see lua/includes/run-log.lua for the keys derived there):
@@ -63,9 +65,8 @@ export class KeyBuilder {
     };
   }
 
-  idempotency(workspaceId: string, key: string): string {
-    const digest = createHash('sha256').update(key).digest('hex');
-    return `${this.prefix}:idem:{${workspaceId}}:${digest}`;
+  tasksEnqueueing(): string {
+    return `${this.prefix}:tasks:enqueueing`;
   }
 
   /** The base every run key of a workspace is derived from (in Lua as well). */

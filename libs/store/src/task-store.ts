@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
@@ -69,22 +69,14 @@ export class TaskStore {
   }
 
   /**
-   * Creates a task with its roster (the lead, plus the named workers) and its first event. With an
-   * idempotency key, a repeated request returns the task the first one created.
+   * Creates a task with its roster (the lead, plus the named workers) and its first event, in one script. With an
+   * idempotency key the task id derives from workspace and key, so a repeated request finds the task the first one
+   * created, and a refused or failed request leaves nothing behind that could claim the key.
+   * The task is also marked as being enqueued (in the same round trip, before the script): the caller enqueues its
+   * jobs, then calls enqueued(); a gateway that dies in between leaves the mark for the enqueue sweeper.
    */
   async createTask(input: NewTask, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
-    let taskId: string = randomUUID();
-    if (idempotencyKey !== undefined) {
-      const idemKey = this.keys.idempotency(input.workspace_id, idempotencyKey);
-      const claimed = await this.redis.set(idemKey, taskId, 'EX', this.retentionSec, 'NX');
-      if (claimed === null) {
-        const existing = await this.redis.get(idemKey);
-        const task = existing ? await this.getTask(existing) : null;
-        if (task) return { task, created: false };
-        // The first request died between claiming the key and creating the task: finish its work.
-        if (existing) taskId = existing;
-      }
-    }
+    const taskId = idempotencyKey === undefined ? randomUUID() : idempotentTaskId(input.workspace_id, idempotencyKey);
     const mode = input.team.workers.length > 0 ? 'named' : 'planned';
     const roster: WorkerRecord[] = [
       { worker_id: LEAD_WORKER_ID, role: 'lead', instructions: input.team.lead.instructions, model: input.team.lead.model, tools: [], status: 'pending', attempt: 0 },
@@ -98,26 +90,27 @@ export class TaskStore {
       team: JSON.stringify(input.team),
       metadata: JSON.stringify(input.metadata),
     };
-    const created = await this.scripts.createTask(
-      ...this.k(taskId),
-      taskId,
-      JSON.stringify(fields),
-      JSON.stringify(roster),
-      JSON.stringify({ workspace_id: input.workspace_id, goal: input.goal }),
-      this.maxEvents,
-      this.keys.appendedChannel(),
-    );
+    // One connection, in order: the mark is written before the script runs, with no extra round trip.
+    const [, created] = await Promise.all([
+      this.redis.zadd(this.keys.tasksEnqueueing(), 'NX', Date.now(), taskId),
+      this.scripts.createTask(
+        ...this.k(taskId),
+        taskId,
+        JSON.stringify(fields),
+        JSON.stringify(roster),
+        JSON.stringify({ workspace_id: input.workspace_id, goal: input.goal }),
+        this.maxEvents,
+        this.keys.appendedChannel(),
+      ),
+    ]);
     if (created === 0) {
       // Created by an earlier request that died before answering (idempotent retry): read what it wrote.
       const task = await this.getTask(taskId);
       if (!task) throw new Error(`task ${taskId} vanished right after creation`);
       return { task, created: false };
     }
-    await this.scripts.indexTask(
-      this.keys.workspaceTaskList(input.workspace_id), this.keys.workspaceTasks(input.workspace_id),
-      listMember(created, taskId), taskId, this.taskListMax, listMember(created - this.retentionSec * 1000, ''),
-    );
-    await this.redis.pipeline().hincrby(this.keys.taskStats(), 'queued', 1).sadd(this.keys.workspaces(), input.workspace_id).exec();
+    await this.index(taskId, input.workspace_id, created);
+    await this.redis.hincrby(this.keys.taskStats(), 'queued', 1);
     const now = new Date(created).toISOString();
     const task: TaskRecord = {
       task_id: taskId, workspace_id: input.workspace_id, goal: input.goal, status: 'queued', mode, team: input.team, metadata: input.metadata,
@@ -125,6 +118,28 @@ export class TaskStore {
       workers: roster.map((w) => ({ worker_id: w.worker_id, role: w.role, status: 'pending', attempt: 0, host_id: null, result: null, failure_reason: null, usage: null })),
     };
     return { task, created: true };
+  }
+
+  /** The task's jobs are in the queue: it no longer needs the enqueue sweeper. */
+  async enqueued(taskId: string): Promise<void> {
+    await this.redis.zrem(this.keys.tasksEnqueueing(), taskId);
+  }
+
+  /** Tasks whose creation began before `beforeMs` and that were not marked enqueued: the sweeper's work list. */
+  async enqueueBacklog(beforeMs: number, limit: number): Promise<string[]> {
+    return this.redis.zrangebyscore(this.keys.tasksEnqueueing(), '-inf', beforeMs, 'LIMIT', 0, limit);
+  }
+
+  /**
+   * Lists a task in its workspace (listing index, unfinished set, the set of workspaces). Done after createTask,
+   * and again by the enqueue sweeper for a task whose gateway died before it: doing it twice changes nothing.
+   */
+  async index(taskId: string, workspaceId: string, createdMs: number): Promise<void> {
+    await this.scripts.indexTask(
+      this.keys.workspaceTaskList(workspaceId), this.keys.workspaceTasks(workspaceId),
+      listMember(createdMs, taskId), taskId, this.taskListMax, listMember(createdMs - this.retentionSec * 1000, ''),
+    );
+    await this.redis.sadd(this.keys.workspaces(), workspaceId);
   }
 
   async getTask(taskId: string): Promise<TaskRecord | null> {
@@ -286,6 +301,16 @@ export class TaskStore {
     const raw = await this.redis.hgetall(this.keys.taskStats());
     return Object.fromEntries(Object.entries(raw).map(([k, v]) => [k, Number(v)]));
   }
+}
+
+/**
+ * The id of the task an Idempotency-Key creates in a workspace: a UUID (version 8, RFC 9562's custom layout) made
+ * from a SHA-256 of both, so a retry names the same task without any other key.
+ */
+export function idempotentTaskId(workspaceId: string, idempotencyKey: string): string {
+  const hex = createHash('sha256').update(`${workspaceId}\n${idempotencyKey}`).digest('hex');
+  const variant = ((parseInt(hex[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
 
 export function workerIdFor(role: string, index: number): string {

@@ -31,12 +31,18 @@ export class TeamQueue {
   readonly queue: Queue<AgentJobData>;
   private readonly flow: FlowProducer;
 
-  /** `telemetry`: BullMQ's tracing hook; each job then carries its enqueuer's trace context in its options. */
-  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined }) {
+  /**
+   * `telemetry`: BullMQ's tracing hook; each job then carries its enqueuer's trace context in its options.
+   * `onError` hears the queue's and flow producer's connection errors; without a listener BullMQ prints them to
+   * the console, arguments (an AUTH password among them) included.
+   */
+  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
     const connection = opts.connection as unknown as ConnectionOptions;
     const telemetry = opts.telemetry ? { telemetry: opts.telemetry } : {};
     this.queue = new Queue<AgentJobData>(AGENT_QUEUE, { connection, prefix: opts.keys.bullPrefix(), ...telemetry });
     this.flow = new FlowProducer({ connection, prefix: opts.keys.bullPrefix(), ...telemetry });
+    this.queue.on('error', opts.onError);
+    this.flow.on('error', opts.onError);
   }
 
   /**

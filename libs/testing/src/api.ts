@@ -105,3 +105,32 @@ export async function runsCall(baseUrl: string, key: string, method: string, pat
   const text = await res.text();
   return { status: res.status, body: text ? JSON.parse(text) : {} };
 }
+
+/** WatchTeamRequest bytes by hand: field 1 task_id (string), field 2 after_seq (uint64 varint, any size). */
+export function encodeWatchTeamRequest(id: string, afterSeq: bigint): Buffer {
+  const varint: number[] = [];
+  for (let v = afterSeq; ; ) {
+    const byte = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v === 0n) {
+      varint.push(byte);
+      break;
+    }
+    varint.push(byte | 0x80);
+  }
+  const idBytes = Buffer.from(id);
+  return Buffer.concat([Buffer.from([0x0a, idBytes.length]), idBytes, Buffer.from([0x10, ...varint])]);
+}
+
+/** WatchTeam with raw request bytes; resolves with the final status (events are counted, not decoded). */
+export function rawWatchTeam(client: grpc.Client, request: Buffer, key: string | null = TEST_API_KEY, deadlineMs = 5_000): Promise<{ status: grpc.StatusObject; messages: number }> {
+  return new Promise((resolve) => {
+    const metadata = new grpc.Metadata();
+    if (key) metadata.set('authorization', `Bearer ${key}`);
+    const call = client.makeServerStreamRequest('/roz.v1.AgentService/WatchTeam', (b: Buffer) => b, (b: Buffer) => b, request, metadata, { deadline: Date.now() + deadlineMs });
+    let messages = 0;
+    call.on('data', () => messages++);
+    call.on('error', () => undefined);
+    call.on('status', (status: grpc.StatusObject) => resolve({ status, messages }));
+  });
+}

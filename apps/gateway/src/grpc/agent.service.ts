@@ -2,7 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
 import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
-import { grpcStatusOf, toApiError } from '../errors.ts';
+import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
 import { taskIdFrom, type TaskService } from '../tasks/task-service.ts';
 import { streamSession, type SessionStreamDeps } from './session.stream.ts';
 import { writable } from '../streams/writable.ts';
@@ -32,19 +32,38 @@ function encodeOnce(taskId: string, event: TeamEvent): Buffer {
   }
   return bytes;
 }
+// A request grpc-js cannot deserialize would end as INTERNAL "Error deserializing request": the decoder is wrapped
+// so that bytes that are not a WatchTeamRequest (or an after_seq above 2^53−1, which ts-proto's uint64 → number
+// refuses) reach the handler as a refusal it answers with INVALID_ARGUMENT.
+type DecodedWatchTeamRequest = WatchTeamRequest & { invalid?: string };
+function decodeWatchTeamRequest(bytes: Buffer): DecodedWatchTeamRequest {
+  try {
+    return AgentServiceService.watchTeam.requestDeserialize(bytes);
+  } catch (err) {
+    const message = (err as Error).message;
+    return {
+      taskId: '',
+      afterSeq: 0,
+      invalid: /MAX_SAFE_INTEGER/.test(message)
+        ? `after_seq must be at most ${Number.MAX_SAFE_INTEGER}`
+        : `the request is not a roz.v1.WatchTeamRequest (${message.slice(0, 200)})`,
+    };
+  }
+}
 const definition = {
   ...AgentServiceService,
-  watchTeam: { ...AgentServiceService.watchTeam, responseSerialize: (bytes: Buffer): Buffer => bytes },
+  watchTeam: { ...AgentServiceService.watchTeam, requestDeserialize: decodeWatchTeamRequest, responseSerialize: (bytes: Buffer): Buffer => bytes },
 };
 
 export function agentService(deps: AgentServiceDeps): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
-  const watchTeam = async (call: grpc.ServerWritableStream<WatchTeamRequest, Buffer>): Promise<void> => {
+  const watchTeam = async (call: grpc.ServerWritableStream<DecodedWatchTeamRequest, Buffer>): Promise<void> => {
     deps.onWatchStart();
     let watcher: Awaited<ReturnType<TaskService['watch']>> = null;
     const stop = (): void => void watcher?.return();
     call.on('cancelled', stop);
     try {
       const principal = deps.auth.authenticate(metadataValue(call.metadata, 'authorization'));
+      if (call.request.invalid) throw new ApiError('invalid_argument', call.request.invalid);
       // Any spelling roz accepts; the events' task_id is the canonical one.
       const taskId = taskIdFrom(call.request.taskId);
       watcher = await deps.tasks.watch(principal, taskId, call.request.afterSeq ?? 0);

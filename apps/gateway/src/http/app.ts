@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { Ajv } from 'ajv';
-import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify';
+import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
 import { traceHttpRequests, type Logger } from '@cadre/observability';
 import type { Registry } from 'prom-client';
 import type { Authenticator } from '../auth.ts';
@@ -13,6 +13,7 @@ import { boardPlugin } from './plugins/board.plugin.ts';
 import { sessionRoutes, type SessionRoutesDeps } from './routes/sessions.routes.ts';
 import { queueAdminPlugin } from './plugins/queue-admin.plugin.ts';
 import type { Queue } from 'bullmq';
+import { findBoundsViolation, withFiniteNumbers, withSafeIntegers, type BoundsViolation } from './request-bounds.ts';
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 
@@ -50,6 +51,15 @@ function validationMessage(context: string, errors: NonNullable<FastifyError['va
   return `${where} ${first.message ?? 'is invalid'}`;
 }
 
+/** A broken bound as Fastify's own schema errors look, so each API's error handler answers it in its shape. */
+function boundsError(part: 'params' | 'querystring' | 'body', violation: BoundsViolation): FastifyError {
+  const err = new Error(`${part}${violation.instancePath} ${violation.message}`) as FastifyError;
+  err.statusCode = 400;
+  err.validationContext = part;
+  err.validation = [{ keyword: 'bounds', instancePath: violation.instancePath, schemaPath: '', params: {}, message: violation.message }];
+  return err;
+}
+
 /**
  * The HTTP surface as a Fastify instance that does not listen: main.ts hands it connections from the shared
  * port, tests use inject() or a real port.
@@ -60,10 +70,34 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     bodyLimit: deps.bodyLimitBytes,
     serverFactory: (handler) => http.createServer(traceHttpRequests(handler)),
     return503OnClosing: true,
+    // A request Node's HTTP parser refuses (a URL or headers over its size limit, broken framing) never reaches
+    // Fastify: answer it in JSON too, in both APIs' shapes (the path is not known here), then close.
+    clientErrorHandler: (err: Error & { code?: string }, socket) => {
+      if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+      const [status, reason] = err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request Header Fields Too Large'] : [400, 'Bad Request'];
+      const message = status === 431 ? 'the request line or headers are too large' : `the request is not valid HTTP (${err.code ?? 'parse error'})`;
+      const body = JSON.stringify({ detail: message, error: { code: status === 431 ? 'payload_too_large' : 'bad_request', message } });
+      socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    },
+    // A path Fastify cannot route (e.g. `%80`, not UTF-8 once decoded) is refused before any route, in the shape of
+    // the API it was meant for.
+    frameworkErrors: (err, request, reply) => {
+      const message = `the path is not valid percent-encoded UTF-8 (${err.code})`;
+      const error = { code: 'invalid_argument', message };
+      void (reply as FastifyReply).status(400).send(request.url.startsWith('/api/runs') ? { detail: message, error } : { error });
+    },
   });
   app.setValidatorCompiler(({ schema, httpPart }) =>
-    (httpPart === 'body' ? strictAjv : coercingAjv).compile(schema as object) as (data: unknown) => boolean,
+    withFiniteNumbers((httpPart === 'body' ? strictAjv : coercingAjv).compile(withSafeIntegers(schema) as object)),
   );
+  // Before any schema or handler of any route (and after auth): the bounds every part of every request must meet.
+  app.addHook('preValidation', (request, _reply, done) => {
+    for (const [part, value] of [['params', request.params], ['querystring', request.query], ['body', request.body]] as const) {
+      const violation = findBoundsViolation(value);
+      if (violation) return done(boundsError(part, violation));
+    }
+    done();
+  });
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const api = toApiError(err);

@@ -41,7 +41,8 @@ export class TaskService {
     );
     annotateSpan({ task_id: task.task_id, workspace_id: task.workspace_id });
     // Enqueueing is idempotent (job ids derive from the task), so a retry after a crash between the two
-    // steps finishes the first request's work instead of leaving the task queued forever.
+    // steps finishes the first request's work instead of leaving the task queued forever; without a retry, the
+    // enqueue sweeper does it (the store marked the task before writing it).
     if (task.status === 'queued') {
       try {
         await this.deps.queue.enqueueTask(task);
@@ -52,6 +53,7 @@ export class TaskService {
         throw err;
       }
     }
+    await this.deps.store.enqueued(task.task_id);
     if (created) this.deps.logger.info({ taskId: task.task_id, workspaceId: task.workspace_id, mode: task.mode }, 'task created');
     return { task, created };
   }

@@ -13,11 +13,13 @@
 
 if redis.call('EXISTS', metaKey) == 1 then return 0 end
 local taskId, maxLen, channel = ARGV[1], ARGV[5], ARGV[6]
-
+-- Every input is decoded before the first write: a script that fails half-way keeps what it wrote.
 local fields = cjson.decode(ARGV[2])
+local roster = cjson.decode(ARGV[3])
+
 local now = nowMs()
 for k, v in pairs(fields) do redis.call('HSET', metaKey, k, v) end
 redis.call('HSET', metaKey, 'status', 'queued', 'seq', 0, 'created_at', now, 'updated_at', now)
-for _, w in ipairs(cjson.decode(ARGV[3])) do saveWorker(w) end
+for _, w in ipairs(roster) do saveWorker(w) end
 appendEvent(taskId, maxLen, channel, 'task_queued', '', 0, ARGV[4])
 return now

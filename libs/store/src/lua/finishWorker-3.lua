@@ -18,7 +18,10 @@ local maxLen, channel = ARGV[9], ARGV[10]
 local w = loadWorker(workerId)
 if not w or w.status ~= 'running' or (lease ~= '' and w.lease ~= lease) then return -3 end
 
+-- Both payloads are decoded before the first write: a script that fails half-way keeps what it wrote.
 local payload = cjson.decode(ARGV[5])
+local taskOutcome = ARGV[6]
+local taskPayload = taskOutcome ~= '' and cjson.decode(ARGV[7]) or nil
 local seq = 0
 local exited = cjson.encode({ parent_task_id = taskId })
 if outcome == 'completed' then
@@ -37,10 +40,8 @@ end
 w.lease = ''
 saveWorker(w)
 
-local taskOutcome = ARGV[6]
 if taskOutcome ~= '' then
   local now = nowMs()
-  local taskPayload = cjson.decode(ARGV[7])
   redis.call('HSET', metaKey, 'status', taskOutcome, 'finished_at', now, 'updated_at', now,
     'result', taskPayload.result or '', 'failure_reason', taskPayload.reason or '',
     'usage', cjson.encode(taskPayload.usage or {}))

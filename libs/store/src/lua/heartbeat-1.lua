@@ -20,6 +20,8 @@
 --@include run-log
 
 local incoming = cjson.decode(ARGV[2])
+-- Decoded before the first write: a script that fails half-way keeps what it wrote.
+local ackedIds = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or {}
 local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local now = nowMs()
 -- The same worker id in a new session (a restarted VM agent) no longer holds what the old session held: its lease
@@ -91,7 +93,7 @@ if ARGV[5] == '' then
   redis.call('DEL', key)
 else
   local acked = {}
-  for _, id in ipairs(cjson.decode(ARGV[5])) do acked[id] = true end
+  for _, id in ipairs(ackedIds) do acked[id] = true end
   for _, raw in ipairs(redis.call('LRANGE', key, 0, -1)) do
     if acked[cjson.decode(raw).command_id] then redis.call('LREM', key, 1, raw) else table.insert(commands, raw) end
   end

@@ -1,0 +1,62 @@
+import type { Logger } from '@cadre/observability';
+import type { TaskStore, TeamQueue } from '@cadre/store';
+import { scrubError } from '@cadre/observability';
+
+/**
+ * Finishes the creations a gateway died in the middle of. A task is written (one script) before its jobs are added
+ * to BullMQ (another slot, so another step); the store marks it first, and the creating gateway clears the mark
+ * once the jobs are in. A mark older than `graceMs` means that gateway died: the sweeper enqueues the task if it is
+ * still queued (job ids derive from the task, so a job that is already there is not added twice) and clears the
+ * mark. Every gateway runs one on a chained timer; replicas only repeat each other's no-ops.
+ */
+export class EnqueueSweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly opts: { store: TaskStore; queue: TeamQueue; graceMs: number; logger: Logger };
+
+  constructor(opts: { store: TaskStore; queue: TeamQueue; graceMs: number; logger: Logger }) {
+    this.opts = opts;
+  }
+
+  start(): void {
+    this.schedule();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  /** One pass; returns how many stranded tasks it enqueued. */
+  async sweep(): Promise<number> {
+    const { store, queue, graceMs } = this.opts;
+    let enqueued = 0;
+    for (const taskId of await store.enqueueBacklog(Date.now() - graceMs, 100)) {
+      const task = await store.getTask(taskId);
+      // No task: the gateway died before its script ran. Not queued: it was enqueued (and ran, or was cancelled).
+      if (task?.status === 'queued') {
+        await queue.enqueueTask(task);
+        await store.index(task.task_id, task.workspace_id, Date.parse(task.created_at));
+        enqueued++;
+      }
+      await store.enqueued(taskId);
+    }
+    return enqueued;
+  }
+
+  private async pass(): Promise<void> {
+    try {
+      const enqueued = await this.sweep();
+      if (enqueued > 0) this.opts.logger.warn({ enqueued }, 'enqueued tasks a gateway had left unenqueued');
+    } catch (err) {
+      this.opts.logger.error({ err: scrubError(err) }, 'enqueue sweep failed');
+    }
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => void this.pass(), Math.max(50, Math.floor(this.opts.graceMs / 4)));
+    this.timer.unref();
+  }
+}

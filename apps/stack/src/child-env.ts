@@ -1,0 +1,46 @@
+// What each child of `npm start` may see of the environment: an allow-list per role, so a variable the operator set
+// for something else (a cloud token, another app's key) reaches no child, and each child gets only the secrets its
+// own job needs (the VM agent: its runs key and the model key; never Redis, the tasks keys or the control key).
+
+export type ChildRole = 'gateway' | 'worker' | 'vm-agent';
+
+/** What any Node process needs to run, find certificates and proxies, and format text. */
+const SYSTEM = [
+  'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LANGUAGE', 'TZ', 'TMPDIR', 'TERM',
+  'NODE_EXTRA_CA_CERTS', 'SSL_CERT_FILE', 'SSL_CERT_DIR',
+  'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'http_proxy', 'https_proxy', 'no_proxy',
+];
+const COMMON = ['LOG_LEVEL', 'CADRE_EXIT_WITH_PARENT', 'CADRE_KEY_PREFIX'];
+
+/** Every variable each role's config.ts reads (tests/child-env.test.ts checks this against the configs). */
+export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
+  gateway: [
+    'PORT', 'HOST', 'REDIS_URL', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'CADRE_DEV_MODE', 'CADRE_EVENT_RETENTION_SEC',
+    'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_WORKERS', 'CADRE_WATCHER_BUFFER', 'CADRE_BODY_LIMIT_BYTES',
+    'CADRE_SHUTDOWN_GRACE_MS', 'CADRE_ENQUEUE_GRACE_MS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY',
+    'WINDIE_RUNS_CONTROL_API_KEY',     'RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE', 'RUNS_WORKER_TTL_MS', 'RUNS_MAX_ATTEMPTS',
+    'RUNS_HEARTBEAT_INTERVAL_MS',
+  ],
+  worker: [
+    'REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_MODEL', 'WORKER_CONCURRENCY', 'CADRE_HOST_ID',
+    'CADRE_EVENT_RETENTION_SEC', 'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_TURNS', 'CADRE_WORKER_TIMEOUT_MS',
+    'CADRE_MODEL_RETRIES', 'CADRE_JOB_LOCK_MS', 'CADRE_MAX_ATTEMPTS', 'CADRE_SHUTDOWN_GRACE_MS', 'WORKER_METRICS_PORT',
+  ],
+  'vm-agent': [
+    'CADRE_GATEWAY_URL', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'VM_AGENT_WORKSPACE_ID', 'VM_AGENT_WORKER_ID',
+    'VM_AGENT_VM_ID', 'VM_AGENT_USER_ID', 'VM_AGENT_WORKDIR', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_MODEL',
+    'CADRE_MAX_TURNS', 'CADRE_MODEL_RETRIES', 'VM_AGENT_RUN_TIMEOUT_MS', 'VM_AGENT_SHELL_TIMEOUT_MS',
+    'VM_AGENT_SHUTDOWN_GRACE_MS',
+  ],
+};
+
+/** The environment a child of `role` starts with: only allowed names, from `env` (unset values left out). */
+export function childEnv(role: ChildRole, env: Record<string, string | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of [...SYSTEM, ...COMMON, ...CHILD_ENV_ALLOW_LIST[role]]) {
+    const value = env[name];
+    if (value !== undefined) out[name] = value;
+  }
+  for (const [name, value] of Object.entries(env)) if (name.startsWith('LC_') && value !== undefined) out[name] = value;
+  return out;
+}

@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { gatewayConfig } from '../apps/gateway/src/config.ts';
+import { workerConfig } from '../apps/worker/src/config.ts';
+import { vmAgentConfig } from '../apps/vm-agent/src/config.ts';
+import { CHILD_ENV_ALLOW_LIST, childEnv, type ChildRole } from '../apps/stack/src/child-env.ts';
+
+/** The names a config function reads, recorded through a proxy environment. */
+function namesRead(read: (env: Record<string, string | undefined>) => unknown): string[] {
+  const seen = new Set<string>();
+  read(new Proxy({}, { get: (_t, name) => (typeof name === 'string' && seen.add(name), undefined) }));
+  return [...seen].sort();
+}
+
+describe("npm start's child environments", () => {
+  const configs: Record<ChildRole, (env: Record<string, string | undefined>) => unknown> = { gateway: gatewayConfig, worker: workerConfig, 'vm-agent': vmAgentConfig };
+
+  it.each(Object.keys(configs) as ChildRole[])('let through every variable the %s reads', (role) => {
+    const read = namesRead(configs[role]);
+    expect(read.length).toBeGreaterThan(5);
+    const passed = childEnv(role, Object.fromEntries(read.map((n) => [n, 'x'])));
+    expect(read.filter((n) => !(n in passed))).toEqual([]);
+  });
+
+  it("keep the control plane's secrets and unrelated variables from the roles that do not read them", () => {
+    const env = {
+      PATH: '/usr/bin', REDIS_URL: 'redis://:pw@h:1', CADRE_API_KEY: 'tasks', CADRE_API_KEYS: 'ws:k', RUNS_API_KEY: 'runs',
+      RUNS_CONTROL_API_KEY: 'control', OPENAI_API_KEY: 'model', AWS_SECRET_ACCESS_KEY: 'cloud', GITHUB_TOKEN: 'gh',
+    };
+    expect(Object.keys(childEnv('vm-agent', env)).sort()).toEqual(['OPENAI_API_KEY', 'PATH', 'RUNS_API_KEY']);
+    expect(Object.keys(childEnv('worker', env)).sort()).toEqual(['OPENAI_API_KEY', 'PATH', 'REDIS_URL']);
+    expect(Object.keys(childEnv('gateway', env)).sort()).toEqual(['CADRE_API_KEY', 'CADRE_API_KEYS', 'PATH', 'REDIS_URL', 'RUNS_API_KEY', 'RUNS_CONTROL_API_KEY']);
+    expect(CHILD_ENV_ALLOW_LIST['vm-agent']).not.toContain('REDIS_URL');
+  });
+});
