@@ -125,8 +125,9 @@ describe('nesting and size', () => {
   });
 
   it('refuses strings and field names over their caps inside free-form metadata', async () => {
-    const long = await unchanged(() => api.post('/api/tasks', { workspace_id: 'w', goal: 'g', metadata: { blob: 'x'.repeat(100_001) } }));
-    expect(long).toMatchObject({ status: 400, body: { error: { message: 'body/metadata/blob is longer than 100000 characters' } } });
+    // Within the body limit (1 MiB), one character too many.
+    const long = await unchanged(() => api.post('/api/tasks', { workspace_id: 'w', goal: 'g', metadata: { blob: 'x'.repeat(1_000_001) } }));
+    expect(long).toMatchObject({ status: 400, body: { error: { message: 'body/metadata/blob is longer than 1000000 characters' } } });
     const key = await unchanged(() => runs('POST', '/api/runs/workers/heartbeat', { workspace_id: 'bad-input', worker_id: 'w1', metadata: { ['k'.repeat(257)]: 1 } }));
     expect(key).toMatchObject({ status: 422, body: { detail: [{ loc: ['body', 'metadata'], msg: 'has a field name that is longer than 256 characters' }] } });
   });

@@ -15,7 +15,7 @@ import { TestStack } from './support/stack.ts';
 // left out of the comparison are BullMQ's stall-check marker (BACKGROUND_KEYS), which a worker would refresh.
 
 const SEED = 0x8c4d3e;
-const RUNS = 100;
+const RUNS = 75;
 const RUNS_KEY = 'fuzz-runs-key';
 const CONTROL_KEY = 'fuzz-control-key';
 const WS = 'fuzz';
@@ -25,6 +25,7 @@ let redis: Redis;
 let queuedTask: string;
 let cancelledTask: string;
 let runningRun: string;
+let session: string;
 let baseline: Map<string, string>;
 const stats = { requests: 0, refused: 0, accepted: 0 };
 
@@ -44,6 +45,8 @@ beforeAll(async () => {
   runningRun = (await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: WS, query: 'fixture' })).body.run.run_id;
   const beat = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/workers/heartbeat', { workspace_id: WS, worker_id: 'vm-1', status: 'ready' });
   await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${runningRun}/worker-dispatched`, { worker_id: 'vm-1', lease_id: beat.body.assigned_run.lease_id });
+  const created = await fetch(`${stack.url}/api/sessions`, { method: 'POST', headers: { authorization: `Bearer ${TEST_API_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ workspace_id: WS }) });
+  session = ((await created.json()) as { session: { session_id: string } }).session.session_id;
   baseline = await dump();
 });
 afterAll(async () => {
@@ -65,7 +68,7 @@ const hostileString = fc.oneof(
   lone,
   fc.string({ maxLength: 40 }),
   fc.string({ unit: 'binary', maxLength: 40 }),
-  fc.constantFrom('', ' ', '\u0000', '../../etc', '{t:x}', '%00', 'x'.repeat(100_001), 'k'.repeat(20_001), '😀'.repeat(300)),
+  fc.constantFrom('', ' ', '\u0000', '../../etc', '{t:x}', '%00', 'x'.repeat(100_001), 'y'.repeat(1_000_001), 'k'.repeat(20_001), '😀'.repeat(300)),
 );
 const hostileNumber = fc.oneof(fc.integer(), fc.double(), fc.constantFrom(-1, 0, 1e21, 2 ** 53, 2 ** 64, Number.MAX_VALUE, -0, 0.5));
 const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
@@ -129,7 +132,7 @@ function setPath(body: Record<string, unknown>, path: string, value: unknown): R
 // ---- the property -------------------------------------------------------------------------------------------
 
 interface Request {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
   path: string;
   body?: string;
   headers?: Record<string, string>;
@@ -239,6 +242,33 @@ describe('fuzz: the runs API', () => {
   });
 });
 
+describe('fuzz: the sessions API', () => {
+  it('every route', async () => {
+    const tool = { name: 't', description: 'd', parameters: { type: 'object', properties: { a: { type: 'string' } } }, timeout_ms: 1000, category: 'c' };
+    const routes: Record<string, ['GET' | 'POST' | 'DELETE', () => Record<string, unknown>, string[]]> = {
+      '': ['POST', () => ({ workspace_id: WS, model: 'm', tools: [tool], history: [{ role: 'user', content: 'hi' }], project_context: ['p'], system_context: 's', max_context_tokens: 1000 }),
+        ['workspace_id', 'model', 'tools', 'tools.0', 'tools.0.name', 'tools.0.parameters', 'tools.0.parameters.properties', 'tools.0.timeout_ms', 'history', 'history.0', 'history.0.role', 'history.0.content', 'project_context', 'project_context.0', 'system_context', 'max_context_tokens']],
+      '/messages': ['POST', () => ({ content: 'hello', message_id: 'm1', tools: [tool], system_context: 's' }), ['content', 'message_id', 'tools', 'tools.0.name', 'tools.0.parameters', 'system_context']],
+      '/tool-results': ['POST', () => ({ tool_call_id: 'c1', success: true, result: 'r', exit_code: 0, truncated: false, duration_ms: 5 }), ['tool_call_id', 'success', 'result', 'exit_code', 'truncated', 'duration_ms']],
+      '/tools': ['POST', () => ({ source: 's', tools: [tool], system_context: 's' }), ['source', 'tools', 'tools.0', 'tools.0.name', 'tools.0.parameters', 'system_context']],
+      '/cancel': ['POST', () => ({ reason: 'r' }), ['reason']],
+      'delete': ['DELETE', () => ({ reason: 'r' }), ['reason']],
+      '/events': ['GET', () => ({}), []],
+      '/stream': ['GET', () => ({}), []],
+    };
+    // Closing or cancelling the fixture session would end it: those two get unknown or hostile ids only.
+    const request = fc.constantFrom(...Object.keys(routes)).chain((route) => {
+      const [method, body, paths] = routes[route]!;
+      const ids = route === 'delete' || route === '/cancel' ? id(() => ['00000000-0000-4000-8000-000000000000']) : id(() => [session]);
+      return fc.tuple(fc.constant(route), fc.constant(method), ids, paths.length ? mutated(body, paths) : fc.constant(undefined), maybe(queryNumber));
+    });
+    await fc.assert(fc.asyncProperty(request, async ([route, method, sessionId, body, afterSeq]) => {
+      const path = route === '' ? '/api/sessions' : route === 'delete' ? `/api/sessions/${sessionId}` : `/api/sessions/${sessionId}${route}${method === 'GET' ? query({ after_seq: afterSeq }) : ''}`;
+      await check('tasks', { method, path, body });
+    }), runOpts(11));
+  });
+});
+
 describe('fuzz: health routes and unknown paths', () => {
   it('answer junk querystrings and paths without a 5xx', async () => {
     await fc.assert(fc.asyncProperty(fc.constantFrom('/healthz', '/readyz', '/metrics', '/api/nope', '/api/tasks/', '/api/runs/x/y/z'), encodedBytes, fc.constantFrom<'GET' | 'POST'>('GET', 'POST'),
@@ -275,8 +305,8 @@ describe('fuzz: WatchTeam', () => {
 
   it('sent a meaningful share of each kind of request', () => {
     // A fuzz run that refused everything would test only the first check; this one reaches handlers too.
-    expect(stats.refused).toBeGreaterThan(400);
-    expect(stats.accepted).toBeGreaterThan(50);
+    expect(stats.refused).toBeGreaterThan(300);
+    expect(stats.accepted).toBeGreaterThan(40);
     console.log(`fuzz: ${stats.requests} HTTP requests, ${stats.refused} refused, ${stats.accepted} accepted`);
   });
 });

@@ -60,7 +60,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const runs = new RunService({
     store: runStore, fanout, tasks, logger, maxActivePerWorkspace: config.runsMaxActivePerWorkspace, heartbeatIntervalMs: config.runsHeartbeatIntervalMs,
   });
-  const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry });
+  const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessions = new SessionEngine({
     store: new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask }),
     queue: sessionQueue,

@@ -27,7 +27,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask });
-  const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry });
+  const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const cancels = new CancelRegistry();
   await cancels.listen({ subscriber, redis, keys });
 

@@ -33,11 +33,15 @@ export const deadlineJobId = (sessionId: string, toolCallId: string): string => 
 export class SessionQueue {
   private readonly queue: Queue<SessionJobData>;
 
-  /** `telemetry`: BullMQ's tracing hook, as the team queue's (a turn's job continues its enqueuer's trace). */
-  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined }) {
+  /**
+   * `telemetry`: BullMQ's tracing hook, as the team queue's (a turn's job continues its enqueuer's trace).
+   * `onError` hears the queue's connection errors (without a listener BullMQ prints them, AUTH arguments included).
+   */
+  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
     this.queue = new Queue<SessionJobData>(AGENT_QUEUE, {
       connection: opts.connection as unknown as ConnectionOptions, prefix: opts.keys.bullPrefix(), ...(opts.telemetry && { telemetry: opts.telemetry }),
     });
+    this.queue.on('error', opts.onError);
   }
 
   async enqueueTurn(sessionId: string, wake: number): Promise<void> {

@@ -5,8 +5,11 @@
 
 /** Levels of nesting in a body (`{"a":{"b":[1]}}` is 3); Lua's cjson refuses 1,000, JavaScript has no cap at all. */
 export const MAX_JSON_DEPTH = 32;
-/** UTF-16 code units in any one string value (the routes' own fields have tighter caps). */
-export const MAX_STRING_LENGTH = 100_000;
+/**
+ * UTF-16 code units in any one string value, free-form fields (metadata, payloads) included: the largest any route's
+ * schema allows (a session's tool result); the routes' own fields have tighter caps.
+ */
+export const MAX_STRING_LENGTH = 1_000_000;
 /** UTF-16 code units in an object's field name. */
 export const MAX_KEY_LENGTH = 256;
 
