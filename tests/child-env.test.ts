@@ -18,17 +18,18 @@ describe("npm start's child environments", () => {
     const read = namesRead(configs[role]);
     expect(read.length).toBeGreaterThan(5);
     const passed = childEnv(role, Object.fromEntries(read.map((n) => [n, 'x'])));
-    expect(read.filter((n) => !(n in passed))).toEqual([]);
+    // A new variable in an app's config.ts must also be added to CHILD_ENV_ALLOW_LIST (apps/stack/src/child-env.ts).
+    expect(read.filter((n) => !(n in passed)), 'variables read by the config but not passed by npm start').toEqual([]);
   });
 
   it("keep the control plane's secrets and unrelated variables from the roles that do not read them", () => {
     const env = {
       PATH: '/usr/bin', REDIS_URL: 'redis://:pw@h:1', CADRE_API_KEY: 'tasks', CADRE_API_KEYS: 'ws:k', RUNS_API_KEY: 'runs',
-      RUNS_CONTROL_API_KEY: 'control', OPENAI_API_KEY: 'model', AWS_SECRET_ACCESS_KEY: 'cloud', GITHUB_TOKEN: 'gh',
+      RUNS_CONTROL_API_KEY: 'control', OPENAI_API_KEY: 'model', AWS_SECRET_ACCESS_KEY: 'cloud', GITHUB_TOKEN: 'gh', OTEL_SERVICE_NAME: 'x',
     };
-    expect(Object.keys(childEnv('vm-agent', env)).sort()).toEqual(['OPENAI_API_KEY', 'PATH', 'RUNS_API_KEY']);
-    expect(Object.keys(childEnv('worker', env)).sort()).toEqual(['OPENAI_API_KEY', 'PATH', 'REDIS_URL']);
-    expect(Object.keys(childEnv('gateway', env)).sort()).toEqual(['CADRE_API_KEY', 'CADRE_API_KEYS', 'PATH', 'REDIS_URL', 'RUNS_API_KEY', 'RUNS_CONTROL_API_KEY']);
+    expect(Object.keys(childEnv('vm-agent', env)).sort()).toEqual(['OPENAI_API_KEY', 'OTEL_SERVICE_NAME', 'PATH', 'RUNS_API_KEY']);
+    expect(Object.keys(childEnv('worker', env)).sort()).toEqual(['OPENAI_API_KEY', 'OTEL_SERVICE_NAME', 'PATH', 'REDIS_URL']);
+    expect(Object.keys(childEnv('gateway', env)).sort()).toEqual(['CADRE_API_KEY', 'CADRE_API_KEYS', 'OTEL_SERVICE_NAME', 'PATH', 'REDIS_URL', 'RUNS_API_KEY', 'RUNS_CONTROL_API_KEY']);
     expect(CHILD_ENV_ALLOW_LIST['vm-agent']).not.toContain('REDIS_URL');
   });
 });

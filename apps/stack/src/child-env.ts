@@ -11,13 +11,16 @@ const SYSTEM = [
   'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'http_proxy', 'https_proxy', 'no_proxy',
 ];
 const COMMON = ['LOG_LEVEL', 'CADRE_EXIT_WITH_PARENT', 'CADRE_KEY_PREFIX'];
+/** Families every child reads whole: locale, and OpenTelemetry's standard variables (the SDK reads them itself). */
+const COMMON_PREFIXES = ['LC_', 'OTEL_'];
 
 /** Every variable each role's config.ts reads (tests/child-env.test.ts checks this against the configs). */
 export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
   gateway: [
     'PORT', 'HOST', 'REDIS_URL', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'CADRE_DEV_MODE', 'CADRE_EVENT_RETENTION_SEC',
     'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_WORKERS', 'CADRE_WATCHER_BUFFER', 'CADRE_BODY_LIMIT_BYTES',
-    'CADRE_SHUTDOWN_GRACE_MS', 'CADRE_ENQUEUE_GRACE_MS', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY',
+    'CADRE_SHUTDOWN_GRACE_MS', 'CADRE_ENQUEUE_GRACE_MS', 'CADRE_MODEL', 'CADRE_SESSION_KEEPALIVE_MS',
+    'CADRE_SESSION_IDLE_TTL_SEC', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY',
     'WINDIE_RUNS_CONTROL_API_KEY',     'RUNS_MAX_ACTIVE_PER_WORKSPACE', 'WINDIE_VM_MAX_ACTIVE_RUNS_PER_WORKSPACE', 'RUNS_WORKER_TTL_MS', 'RUNS_MAX_ATTEMPTS',
     'RUNS_HEARTBEAT_INTERVAL_MS',
   ],
@@ -25,6 +28,7 @@ export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
     'REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_MODEL', 'WORKER_CONCURRENCY', 'CADRE_HOST_ID',
     'CADRE_EVENT_RETENTION_SEC', 'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_TURNS', 'CADRE_WORKER_TIMEOUT_MS',
     'CADRE_MODEL_RETRIES', 'CADRE_JOB_LOCK_MS', 'CADRE_MAX_ATTEMPTS', 'CADRE_SHUTDOWN_GRACE_MS', 'WORKER_METRICS_PORT',
+    'CADRE_SESSION_FLUSH_MS', 'CADRE_SESSION_TOOL_TIMEOUT_MS', 'CADRE_SESSION_IDLE_TTL_SEC',
   ],
   'vm-agent': [
     'CADRE_GATEWAY_URL', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY', 'VM_AGENT_WORKSPACE_ID', 'VM_AGENT_WORKER_ID',
@@ -41,6 +45,8 @@ export function childEnv(role: ChildRole, env: Record<string, string | undefined
     const value = env[name];
     if (value !== undefined) out[name] = value;
   }
-  for (const [name, value] of Object.entries(env)) if (name.startsWith('LC_') && value !== undefined) out[name] = value;
+  for (const [name, value] of Object.entries(env)) {
+    if (value !== undefined && COMMON_PREFIXES.some((prefix) => name.startsWith(prefix))) out[name] = value;
+  }
   return out;
 }
