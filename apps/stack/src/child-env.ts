@@ -14,6 +14,9 @@ const COMMON = ['LOG_LEVEL', 'CADRE_EXIT_WITH_PARENT', 'CADRE_KEY_PREFIX'];
 /** Families every child reads whole: locale, and OpenTelemetry's standard variables (the SDK reads them itself). */
 const COMMON_PREFIXES = ['LC_', 'OTEL_'];
 
+/** Families that belong to one role alone (its own settings, no other role's secrets): passed whole. */
+const ROLE_PREFIXES: Record<ChildRole, readonly string[]> = { gateway: [], worker: ['WORKER_'], 'vm-agent': ['VM_AGENT_'] };
+
 /** Every variable each role's config.ts reads (tests/child-env.test.ts checks this against the configs). */
 export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
   gateway: [
@@ -46,7 +49,7 @@ export function childEnv(role: ChildRole, env: Record<string, string | undefined
     if (value !== undefined) out[name] = value;
   }
   for (const [name, value] of Object.entries(env)) {
-    if (value !== undefined && COMMON_PREFIXES.some((prefix) => name.startsWith(prefix))) out[name] = value;
+    if (value !== undefined && [...COMMON_PREFIXES, ...ROLE_PREFIXES[role]].some((prefix) => name.startsWith(prefix))) out[name] = value;
   }
   return out;
 }
