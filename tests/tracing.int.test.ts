@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { httpClient, pollUntilTerminal } from '@cadre/testing';
+import { httpClient, pollUntilTerminal, runsCall } from '@cadre/testing';
 import { OtlpReceiver, type ReceivedSpan } from './support/otlp-receiver.ts';
 import { TestStack } from './support/stack.ts';
 
@@ -11,6 +11,7 @@ const PRODUCER = 4;
 const CONSUMER = 5;
 const CLIENT = 3;
 
+const RUNS_API_KEY = 'trace-runs-key';
 let stack: TestStack;
 let receiver: OtlpReceiver;
 let gatewayUrl: string;
@@ -25,8 +26,9 @@ beforeAll(async () => {
     OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
     OTEL_BSP_SCHEDULE_DELAY: '50',
   };
-  gatewayUrl = (await stack.spawnGatewayProcess(otel)).url;
+  gatewayUrl = (await stack.spawnGatewayProcess({ ...otel, RUNS_API_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' })).url;
   worker = await stack.spawnWorkerProcess(otel);
+  await stack.spawnVmAgent('traced-vm', 'vm-t', { ...otel, CADRE_GATEWAY_URL: gatewayUrl, RUNS_API_KEY });
   let partial = '';
   worker.stdout!.on('data', (chunk: Buffer) => {
     const lines = (partial + chunk.toString()).split('\n');
@@ -121,5 +123,33 @@ describe('one trace follows a task across processes', () => {
     const lines = workerLog.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.taskId === taskId);
     expect(lines.length).toBeGreaterThan(0);
     for (const line of lines) expect(line.trace_id).toBe(traceId);
+  });
+
+  it('follows a VM run: the agent\'s run span holds its dispatch, model call and relays, and the gateway\'s spans for them join', async () => {
+    const created = await runsCall(gatewayUrl, RUNS_API_KEY, 'POST', '/api/runs/', { workspace_id: 'traced-vm', query: 'Say hi' });
+    const runId = created.body.run.run_id as string;
+    const spans = await until('the run\'s spans to arrive', () => {
+      const run = receiver.spans.find((s) => s.service === 'cadre-vm-agent' && s.name === 'run' && s.attributes.run_id === runId);
+      if (!run) return undefined;
+      const mine = receiver.spans.filter((s) => s.traceId === run.traceId);
+      const relayed = mine.some((s) => s.service === 'cadre-gateway' && s.name === 'POST /api/runs/:run_id/events');
+      return relayed && mine.some((s) => s.name.startsWith('chat ')) ? mine : undefined;
+    });
+    const byId = new Map(spans.map((s) => [s.spanId, s]));
+    const run = spans.find((s) => s.name === 'run')!;
+    for (const op of ['dispatch', 'relay']) {
+      const call = spans.find((s) => s.service === 'cadre-vm-agent' && s.name === op)!;
+      expect(call.kind).toBe(CLIENT);
+      expect(call.attributes.run_id).toBe(runId);
+      expect(ancestry(call, byId)).toContain(run);
+    }
+    expect(ancestry(spans.find((s) => s.name.startsWith('chat '))!, byId)).toContain(run);
+    // The gateway's server spans continue the agent's calls (traceparent) and name the run.
+    const served = spans.filter((s) => s.service === 'cadre-gateway' && s.kind === SERVER);
+    expect(served.map((s) => s.name)).toEqual(expect.arrayContaining(['POST /api/runs/:run_id/worker-dispatched', 'POST /api/runs/:run_id/events']));
+    for (const s of served) {
+      expect(s.attributes.run_id).toBe(runId);
+      expect(byId.get(s.parentSpanId)?.service).toBe('cadre-vm-agent');
+    }
   });
 });

@@ -92,7 +92,7 @@ export class TestStack {
   /** A vm-agent as a real OS process serving `workspace`; resolves once it printed its start line. */
   spawnVmAgent(workspace: string, workerId: string, env: Record<string, string> = {}): Promise<ChildProcess> {
     return this.spawnProcess('apps/vm-agent/src/main.ts', 'serving workspace', {
-      CADRE_GATEWAY_URL: this.url,
+      CADRE_GATEWAY_URL: env.CADRE_GATEWAY_URL ?? this.url,
       VM_AGENT_WORKSPACE_ID: workspace,
       VM_AGENT_WORKER_ID: workerId,
       VM_AGENT_WORKDIR: join(tmpdir(), `cadre-vm-${this.prefix}-${workerId}`),
