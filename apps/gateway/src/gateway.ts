@@ -107,6 +107,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     sse,
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
+    models: [config.model],
     adminQueues: queue.adminQueues(),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.

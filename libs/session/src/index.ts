@@ -6,5 +6,5 @@ export { TurnRunner, type TurnRunnerDeps, type TurnRunOutcome } from './turn-run
 export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, turnJobId, deadlineJobId, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData } from './session-queue.ts';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';
 export { SESSION_LIMITS } from './limits.ts';
-export type { ToolInput } from './validate.ts';
+export { clientTools, type ToolInput } from './validate.ts';
 export { DeltaBuffer } from './delta-buffer.ts';

@@ -156,6 +156,23 @@ export class SessionEngine {
     return { aborted: result.aborted, dropped: result.dropped, message_id: messageId };
   }
 
+  /**
+   * The session a client's conversation reference names (WindieOS `conversation_ref`), or null. `owner` keeps
+   * one client's refs apart from another's in the same workspace.
+   */
+  async conversationSession(scope: Scope, workspaceId: string, owner: string, ref: string): Promise<string | null> {
+    checkConversation(workspaceId, owner, ref);
+    if (!visible(scope, workspaceId)) throw new SessionEngineError('permission_denied', `this key is not valid for workspace "${workspaceId}"`);
+    return this.deps.store.conversationSession(workspaceId, owner, ref);
+  }
+
+  /** Binds the ref to a session of the workspace; the first binding wins unless `replace`. Returns the bound id. */
+  async bindConversation(scope: Scope, owner: string, ref: string, session: SessionRecord, replace: boolean): Promise<string> {
+    checkConversation(session.workspace_id, owner, ref);
+    if (!visible(scope, session.workspace_id)) throw notFound(session.session_id);
+    return this.deps.store.bindConversation(session.workspace_id, owner, ref, session.session_id, replace);
+  }
+
   /** Steering, follow-up and interrupt modes; they apply from the next boundary on. */
   async setInputModes(scope: Scope, sessionId: string, modes: InputModes): Promise<SessionRecord> {
     const known = new Set(['steering_mode', 'follow_up_mode', 'interrupt_mode']);
@@ -302,6 +319,14 @@ export function parseArguments(raw: string): Record<string, unknown> {
   } catch {
     return {};
   }
+}
+
+const OWNER = /^[A-Za-z0-9._@:-]{1,128}$/;
+
+function checkConversation(workspaceId: string, owner: string, ref: string): void {
+  if (!WORKSPACE.test(workspaceId)) throw invalid('workspace_id is invalid');
+  if (!OWNER.test(owner)) throw invalid('user_id must match [A-Za-z0-9._@:-]{1,128}');
+  checkText(ref, 256, 'conversation_ref', true);
 }
 
 function checkSessionId(sessionId: string): void {

@@ -28,6 +28,8 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{s:<id>}:steer       list: queued steering messages (JSON {input_id, content, queued_at}), oldest first
  *   <prefix>:{s:<id>}:followup    list: queued follow-up messages, same shape (see lua/includes/session-inputs.lua)
  *
+ *   <prefix>:{w:<ws>}:conv:<owner>   hash: WindieOS conversation_ref → session id, per socket owner (user_id)
+ *
  * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId|sessionId> <seq>`) wakes event tails;
  * `<prefix>:cancel` (message `<taskId|sessionId>`) reaches running agent loops.
  */
@@ -78,6 +80,11 @@ export class KeyBuilder {
   run(workspaceId: string, runId: string): { meta: string; events: string } {
     const base = `${this.workspace(workspaceId)}:run:${runId}`;
     return { meta: `${base}:meta`, events: `${base}:events` };
+  }
+
+  /** The conversation refs of one `/ws` owner in a workspace (lua/bindConversation-1.lua). */
+  conversations(workspaceId: string, owner: string): string {
+    return `${this.workspace(workspaceId)}:conv:${owner}`;
   }
 
   /** A workspace's run listing (zset by creation) and active runs (set), as run-log.lua derives them. */

@@ -74,6 +74,7 @@ export interface StoreScripts {
   abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
   setInputModes(...args: ScriptArg[]): Promise<number>;
   compactTranscript(...args: ScriptArg[]): Promise<number>;
+  bindConversation(...args: ScriptArg[]): Promise<string>;
 }
 
 export function scriptsOf(redis: Redis): StoreScripts {

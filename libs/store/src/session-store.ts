@@ -266,6 +266,15 @@ export class SessionStore {
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
   }
 
+  /** Binds `ref` to `sessionId` (first wins unless `replace`); returns the bound session id. */
+  async bindConversation(workspaceId: string, owner: string, ref: string, sessionId: string, replace: boolean): Promise<string> {
+    return this.scripts.bindConversation(this.keys.conversations(workspaceId, owner), ref, sessionId, replace ? '1' : '0', this.idleTtlSec);
+  }
+
+  async conversationSession(workspaceId: string, owner: string, ref: string): Promise<string | null> {
+    return this.redis.hget(this.keys.conversations(workspaceId, owner), ref);
+  }
+
   async setInputModes(sessionId: string, modes: InputModes): Promise<void> {
     const code = await this.scripts.setInputModes(this.keys.session(sessionId).meta, JSON.stringify(modes));
     if (code < 0) throw sessionScriptError(code, 'set modes');

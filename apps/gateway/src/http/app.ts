@@ -16,6 +16,7 @@ import type { Queue } from 'bullmq';
 import { findBoundsViolation, withFiniteNumbers, withSafeIntegers, type BoundsViolation } from './request-bounds.ts';
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
+import { windiePlugin } from '../ws/windie.plugin.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
@@ -25,6 +26,8 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   metrics: Registry;
   isReady: () => Promise<boolean>;
   bodyLimitBytes: number;
+  /** Models a /ws client may choose (the first is the default). */
+  models: string[];
   /** BullMQ queues shown by bull-board at /admin/queues. */
   adminQueues: Queue[];
 }
@@ -127,5 +130,6 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(boardPlugin, { logLevel: 'warn' });
   app.register(sessionRoutes, { ...deps, logLevel: 'warn' });
   app.register(queueAdminPlugin, { ...deps, logLevel: 'warn' });
+  app.register(windiePlugin, { sessions: deps.sessions, auth: deps.auth, logger: deps.logger, models: deps.models, defaultWorkspace: 'windie', logLevel: 'warn' });
   return app;
 }

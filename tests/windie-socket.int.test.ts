@@ -1,0 +1,188 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { TEST_API_KEY } from '@cadre/testing';
+import { TestStack } from './support/stack.ts';
+
+let stack: TestStack;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 1 });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+interface Msg {
+  id: string;
+  type: string;
+  payload: Record<string, any>;
+}
+
+/** A real ws client that keeps every server message and waits on conditions over them. */
+class Client {
+  readonly messages: Msg[] = [];
+  readonly ws: WebSocket;
+  readonly closed: Promise<{ code: number; reason: string }>;
+  private waiters: (() => void)[] = [];
+
+  constructor(key: string | null = TEST_API_KEY) {
+    this.ws = new WebSocket(`${stack.url.replace('http', 'ws')}/ws`, { headers: key ? { authorization: `Bearer ${key}` } : {} });
+    this.ws.on('message', (data) => {
+      this.messages.push(JSON.parse(data.toString()) as Msg);
+      for (const w of this.waiters) w();
+    });
+    this.closed = new Promise((resolve) => this.ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  }
+
+  open(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.ws.once('open', () => resolve());
+      this.ws.once('error', reject);
+    });
+  }
+
+  send(message: unknown): void {
+    this.ws.send(typeof message === 'string' ? message : JSON.stringify(message));
+  }
+
+  envelope(type: string, payload: Record<string, unknown>): string {
+    const id = randomUUID();
+    this.send({ id, type, payload });
+    return id;
+  }
+
+  async waitFor(pred: (all: Msg[]) => boolean, timeoutMs = 15_000): Promise<Msg[]> {
+    const deadline = Date.now() + timeoutMs;
+    while (!pred(this.messages)) {
+      if (Date.now() > deadline) throw new Error(`timed out; got ${this.messages.map((m) => m.type).join(', ')}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 200);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      this.waiters = [];
+    }
+    return this.messages;
+  }
+
+  count(type: string): number {
+    return this.messages.filter((m) => m.type === type).length;
+  }
+}
+
+const LOCATION_TOOL = { name: 'get_location', description: 'Where the user is', execution_target: 'local_runtime', schema: { type: 'object', properties: { precise: { type: 'boolean' } } } };
+const handshake = (user: string, tools: object[] = [LOCATION_TOOL]) => ({
+  type: 'handshake', user_id: user, agent_definition: { version: 1, tools: { mode: 'default_plus_client', client_manifest: { version: 1, tools } } },
+});
+
+describe('/ws (WindieOS agent socket)', () => {
+  it.each([
+    ['invalid JSON', '{"type":"handshake"', TEST_API_KEY],
+    ['an envelope instead of the handshake', JSON.stringify({ id: '1', type: 'query', payload: {} }), TEST_API_KEY],
+    ['a removed top-level field', JSON.stringify({ type: 'handshake', operating_system: 'macOS' }), TEST_API_KEY],
+    ['a bad manifest', JSON.stringify({ type: 'handshake', agent_definition: { tools: { client_manifest: { tools: 'x' } } } }), TEST_API_KEY],
+    ['a wrong key', JSON.stringify({ type: 'handshake' }), 'not-a-key'],
+    ['no key', JSON.stringify({ type: 'handshake' }), null],
+  ])('closes with 1008 on %s', async (_what, first, key) => {
+    const client = new Client(key);
+    await client.open();
+    client.send(first);
+    const { code } = await client.closed;
+    expect(code).toBe(1008);
+  });
+
+  it('query → deltas → client tool-call answered by tool-result → streaming-complete', async () => {
+    const client = new Client();
+    await client.open();
+    client.send(handshake('alice', [LOCATION_TOOL, { name: 'bad name!' }, { name: 'calculate', description: 'mine' }]));
+    const [manifest] = await client.waitFor((all) => all.some((m) => m.type === 'client-tool-manifest'));
+    expect(manifest!.payload.accepted).toEqual([{ name: 'get_location', description: 'Where the user is', execution_target: 'local_runtime' }]);
+    expect(manifest!.payload.rejected.map((r: { name: string }) => r.name)).toEqual(['bad name!', 'calculate']);
+    expect(manifest!.payload.rejected[1].reason).toMatch(/builtin/);
+
+    client.envelope('query', { text: 'Where am I? [[scripted:call=get_location({"precise":true})]]', conversation_ref: 'conv-a' });
+    const afterCall = await client.waitFor((all) => all.some((m) => m.type === 'tool-call'));
+    const call = afterCall.find((m) => m.type === 'tool-call')!;
+    expect(call.payload).toMatchObject({ tool_name: 'get_location', parameters: { precise: true }, metadata: { tool_call_id: expect.any(String) } });
+    expect(typeof call.payload.request_id).toBe('string');
+
+    client.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'Oslo' }, error: null });
+    const all = await client.waitFor((msgs) => msgs.some((m) => m.type === 'streaming-complete'));
+    const types = all.map((m) => m.type);
+    const text = all.filter((m) => m.type === 'streaming-response').map((m) => m.payload.text).join('');
+    expect(text).toBe('Scripted answer to "Where am I? [[scripted:call=get_location({"precise":true})]]" using 1 tool result(s): Oslo');
+    expect(all.find((m) => m.type === 'tool-output')!.payload).toMatchObject({ tool_name: 'get_location', success: true, output: 'Oslo' });
+    expect(types.indexOf('token-count')).toBeLessThan(types.indexOf('streaming-complete'));
+    expect(all.find((m) => m.type === 'token-count')!.payload.total_tokens).toBeGreaterThan(0);
+    expect(all.find((m) => m.type === 'streaming-complete')!.payload.final_response).toBe(text);
+    expect(types.indexOf('tool-call')).toBeLessThan(types.indexOf('streaming-response'));
+    client.ws.close();
+  });
+
+  it('a reconnecting socket naming its conversation_ref picks the session up where it was', async () => {
+    const first = new Client();
+    await first.open();
+    first.send(handshake('bob'));
+    first.envelope('query', { text: 'Locate me [[scripted:call=get_location({})]]', conversation_ref: 'conv-b' });
+    const call = (await first.waitFor((all) => all.some((m) => m.type === 'tool-call'))).find((m) => m.type === 'tool-call')!;
+    first.ws.close();
+    await first.closed;
+
+    const second = new Client();
+    await second.open();
+    second.send(handshake('bob'));
+    second.envelope('query', { text: 'And the weather?', conversation_ref: 'conv-b' });
+    // The call the first socket never answered is sent again, with the same request id.
+    const resent = (await second.waitFor((all) => all.some((m) => m.type === 'tool-call'))).find((m) => m.type === 'tool-call')!;
+    expect(resent.payload.request_id).toBe(call.payload.request_id);
+    second.envelope('tool-result', { request_id: resent.payload.request_id, success: true, data: { output: 'Bergen' } });
+    const all = await second.waitFor((msgs) => msgs.filter((m) => m.type === 'streaming-complete').length >= 2);
+    const finals = all.filter((m) => m.type === 'streaming-complete').map((m) => m.payload.final_response);
+    expect(finals[0]).toMatch(/using 1 tool result\(s\): Bergen$/);
+    // The query sent while that turn waited ran right after it, in the same conversation.
+    expect(finals[1]).toMatch(/^Scripted answer to "And the weather\?"/);
+    second.ws.close();
+  });
+
+  it('bad frames get an error message and leave the conversation as it was; settings and models', async () => {
+    const client = new Client();
+    await client.open();
+    client.send(handshake('carol'));
+    const errors = () => client.messages.filter((m) => m.type === 'error').map((m) => m.payload.message as string);
+    const expectError = async (send: () => void, pattern: RegExp) => {
+      const before = client.count('error');
+      send();
+      await client.waitFor(() => client.count('error') > before);
+      expect(errors().at(-1)).toMatch(pattern);
+    };
+    await expectError(() => client.send('not json'), /invalid JSON/);
+    await expectError(() => client.send({ id: '1', type: 'list-models', payload: {}, extra: true }), /unknown top-level field "extra"/);
+    await expectError(() => client.envelope('launch-rockets', {}), /unknown message type/);
+    await expectError(() => client.envelope('wakeword-detected', {}), /outside Cadre/);
+    await expectError(() => client.envelope('query', { text: 'look', conversation_ref: 'c', screenshot_ref: 'x.jpg' }), /screenshots are outside Cadre/);
+    await expectError(() => client.envelope('query', { conversation_ref: 'c' }), /payload.text is required/);
+    await expectError(() => client.envelope('tool-result', { request_id: 'bogus', success: true }), /request_id/);
+    await expectError(() => client.envelope('tool-bundle-result', { bundle_id: 'b', status: 'success', step_results: [] }), /no tool bundle is pending/);
+    await expectError(() => client.envelope('update-settings', { selected_model_id: 'gpt-nope' }), /configured models/);
+
+    client.envelope('update-settings', { selected_model_id: 'cadre-scripted', provider_api_keys: { openai: { enabled: true, api_key: 'sk-secret-123' } } });
+    await client.waitFor((all) => all.some((m) => m.type === 'settings-updated'));
+    client.envelope('load-settings', {});
+    const loaded = (await client.waitFor((all) => all.some((m) => m.type === 'settings-loaded'))).find((m) => m.type === 'settings-loaded')!;
+    expect(loaded.payload.config).toMatchObject({ selected_model_id: 'cadre-scripted', provider_api_keys: { openai: { enabled: true, api_key: '' } } });
+    expect(JSON.stringify(client.messages)).not.toContain('sk-secret-123');
+    client.envelope('list-models', {});
+    const models = (await client.waitFor((all) => all.some((m) => m.type === 'models-listed'))).find((m) => m.type === 'models-listed')!;
+    expect(models.payload.online.map((m: { id: string }) => m.id)).toEqual(['cadre-scripted']);
+
+    // Nothing above started a conversation: rehydrate then query runs on the replaced history.
+    client.envelope('rehydrate-conversation', { conversation_ref: 'conv-c', rehydrate_mode: 'replace', messages: [{ role: 'user', content: 'Earlier' }, { role: 'assistant', content: 'Earlier reply' }] });
+    client.envelope('query', { text: 'Now', conversation_ref: 'conv-c' });
+    const done = await client.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
+    expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/^Scripted answer to "Now"/);
+    client.ws.close();
+  });
+});
