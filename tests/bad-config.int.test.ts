@@ -18,8 +18,8 @@ function cleanEnv(extra: Record<string, string>): Record<string, string | undefi
   return { ...env, ...extra };
 }
 
-async function run(entry: string, env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [entry], { cwd: REPO, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+async function run(entry: string, env: Record<string, string>, args: string[] = []): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [entry, ...args], { cwd: REPO, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -28,9 +28,9 @@ async function run(entry: string, env: Record<string, string>): Promise<{ code: 
   return { code, stdout, stderr };
 }
 
-/** Exit code 1 and exactly these lines on stderr (nothing else: no stack trace, no JSON log). */
-function expectRefused(result: { code: number | null; stderr: string }, lines: Array<string | RegExp>): void {
-  expect(result.code, result.stderr).toBe(1);
+/** Exit code 1 (the CLI: 2, its usage code) and exactly these lines on stderr (no stack trace, no JSON log). */
+function expectRefused(result: { code: number | null; stderr: string }, lines: Array<string | RegExp>, exitCode = 1): void {
+  expect(result.code, result.stderr).toBe(exitCode);
   const got = result.stderr.trimEnd().split('\n');
   expect(got).toHaveLength(lines.length);
   lines.forEach((line, i) => (typeof line === 'string' ? expect(got[i]).toBe(line) : expect(got[i]).toMatch(line)));
@@ -68,16 +68,18 @@ describe('bad configuration: one clear line per problem, exit 1', () => {
   });
 
   it('bad and missing values: every problem at once, each naming its variable', async () => {
-    const [worker, vmAgent, missing, model] = await Promise.all([
+    const [worker, vmAgent, missing, model, cli] = await Promise.all([
       run(WORKER, { WORKER_CONCURRENCY: 'lots', CADRE_MAX_TURNS: '0' }),
       run(VM_AGENT, { CADRE_GATEWAY_URL: 'not a url' }),
       run(WORKER, {}),
       run(MODEL, { PORT: '99999' }),
+      run('apps/cli/src/main.ts', { CADRE_URL: 'not a url' }, ['status']),
     ]);
     expectRefused(worker!, ['worker: WORKER_CONCURRENCY: expected an integer, got "lots"', 'worker: CADRE_MAX_TURNS: must be >= 1, got 0']);
     expectRefused(vmAgent!, [/^vm-agent: CADRE_GATEWAY_URL: expected a URL \(scheme:\/\/host:port\)/]);
     expectRefused(missing!, [/^worker: REDIS_URL: required: /, /^worker: OPENAI_BASE_URL: required: /, /^worker: OPENAI_API_KEY: required: /]);
     expectRefused(model!, ['model: PORT: must be <= 65535, got 99999']);
+    expectRefused(cli!, [/^cadre: CADRE_URL: expected a URL \(scheme:\/\/host:port\)/], 2);
   });
 
   it('a port in use: gateway, npm start and the scripted model name PORT', async () => {

@@ -10,7 +10,16 @@ import { runCommands } from './commands/run.ts';
 import { statusCommand } from './commands/status.ts';
 import { taskCommands } from './commands/task.ts';
 
-const config = cliConfig(process.env, process.cwd());
+// A bad variable (e.g. CADRE_URL that is no URL) is a usage error: one line per problem naming it, exit 2.
+const config = (() => {
+  try {
+    return cliConfig(process.env, process.cwd());
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    for (const problem of err.problems) process.stderr.write(`cadre: ${problem}\n`);
+    process.exit(EXIT.usage);
+  }
+})();
 let client: CadreClient | undefined;
 const getClient = (): CadreClient => (client ??= new CadreClient(config));
 
