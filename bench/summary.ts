@@ -70,3 +70,6 @@ if (me.length) {
 printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
   ['claim', 'goal', 'cadre', 'baseline', 'ratio', 'runs (1-min load)'] as Cell[], ...rows,
 ]);
+const byCommit = new Map<string, Set<string>>();
+for (const l of lines.filter((x) => !experiment(x))) byCommit.set(l.commit ?? 'before commits were recorded', (byCommit.get(l.commit ?? 'before commits were recorded') ?? new Set()).add(l.run_id));
+console.log(`\ncommits measured: ${[...byCommit.entries()].map(([c, ids]) => `${c} (${ids.size} runs)`).join(', ')}`);
