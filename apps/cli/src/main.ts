@@ -33,6 +33,14 @@ const program = new Command('cadre')
 statusCommand(program, getClient);
 taskCommands(program, getClient);
 runCommands(program, getClient);
+program
+  .command('rpc')
+  .description('oh-my-pi RPC mode: JSON commands on stdin, responses and session events as JSON lines on stdout')
+  .action(async () => {
+    const { RpcMode } = await import('./rpc/rpc-mode.ts');
+    const workspace = (program.opts() as { workspace?: string }).workspace ?? 'rpc';
+    await new RpcMode(getClient(), workspace, (line) => process.stdout.write(`${JSON.stringify(line)}\n`)).run(process.stdin);
+  });
 
 try {
   await program.parseAsync(process.argv);

@@ -1,0 +1,244 @@
+// `cadre rpc`: oh-my-pi RPC mode over stdio (reference 003): one JSON command per stdin line; responses
+// {id?, type:"response", command, success, data?|error} and session events as JSON lines on stdout. It drives a
+// session on a gateway through the HTTP session API, so the conversation outlives this process.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { CadreClient } from '../client.ts';
+
+// Commands from stdin and gateway answers are untyped JSON, checked field by field where they are used.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
+type Out = (line: object) => void;
+
+// Commands of the protocol Cadre answers with success:false, and why.
+const REFUSED: Record<string, string> = {
+  compact: 'compaction runs in the session engine on its own; it cannot be asked for',
+  set_auto_compaction: 'compaction is always on in Cadre sessions',
+  set_auto_retry: 'model retries are the worker pool\'s setting, not a session\'s',
+  abort_retry: 'no retry is waiting: model retries happen inside the worker',
+  set_model: 'a session keeps the model it was created with; start a new_session',
+  get_messages: 'the transcript is not exposed by the session API; use get_last_assistant_text or the session events',
+};
+
+export class RpcMode {
+  private readonly client: CadreClient;
+  private readonly workspace: string;
+  private readonly out: Out;
+  private sessionId: string | null = null;
+  private afterSeq = 0;
+  private polling = false;
+  private stopped = false;
+  private lastText = '';
+  private currentText = '';
+  private sessionName = '';
+  private bash: ChildProcess | null = null;
+
+  constructor(client: CadreClient, workspace: string, out: Out) {
+    this.client = client;
+    this.workspace = workspace;
+    this.out = out;
+  }
+
+  async run(input: NodeJS.ReadableStream): Promise<void> {
+    const lines = createInterface({ input, crlfDelay: Infinity });
+    for await (const line of lines) {
+      if (line.trim() === '') continue;
+      let command: Json;
+      try {
+        command = JSON.parse(line) as Json;
+        if (typeof command !== 'object' || command === null || Array.isArray(command) || typeof command.type !== 'string') throw new Error('a command is a JSON object with a string "type"');
+      } catch (err) {
+        this.out({ type: 'response', command: 'parse', success: false, error: `Failed to parse command: ${(err as Error).message}` });
+        continue;
+      }
+      await this.dispatch(command);
+    }
+    this.stopped = true;
+    this.bash?.kill();
+  }
+
+  private respond(command: Json, result: { data?: unknown } | { error: string }): void {
+    const base = { ...(command.id !== undefined && { id: command.id }), type: 'response', command: command.type };
+    this.out('error' in result ? { ...base, success: false, error: result.error } : { ...base, success: true, ...(result.data !== undefined && { data: result.data }) });
+  }
+
+  private async dispatch(c: Json): Promise<void> {
+    try {
+      const result = await this.execute(c);
+      if (result === undefined) return;
+      this.respond(c, result);
+    } catch (err) {
+      this.respond(c, { error: (err as Error).message });
+    }
+  }
+
+  private async execute(c: Json): Promise<{ data?: unknown } | { error: string } | undefined> {
+    const text = (): string => {
+      if (typeof c.message !== 'string' || c.message === '') throw new Error(`${c.type}: "message" must be a non-empty string`);
+      if (c.images?.length) throw new Error(`${c.type}: images are not supported by Cadre sessions`);
+      return c.message;
+    };
+    switch (c.type) {
+      case 'prompt': {
+        const message = text();
+        const behavior = c.streamingBehavior === 'followUp' ? 'follow_up' : c.streamingBehavior === 'steer' ? 'steer' : undefined;
+        if (c.streamingBehavior !== undefined && !behavior) return { error: 'streamingBehavior must be "steer" or "followUp"' };
+        const id = await this.session();
+        this.respond(c, {});
+        // Acknowledged at once; a refusal later comes as a second response with the same id.
+        try {
+          await this.client.call('POST', `/api/sessions/${id}/messages`, { content: message, ...(behavior && { streaming_behavior: behavior }) }, this.client.taskHeaders());
+        } catch (err) {
+          const busy = (err as { status?: number }).status === 409 && !behavior;
+          this.respond(c, { error: busy ? 'Agent is already streaming: send prompt with streamingBehavior "steer" or "followUp"' : (err as Error).message });
+        }
+        return undefined;
+      }
+      case 'steer':
+      case 'follow_up': {
+        const message = text();
+        const id = await this.session();
+        const data = await this.client.call('POST', `/api/sessions/${id}/${c.type === 'steer' ? 'steer' : 'follow-ups'}`, { content: message }, this.client.taskHeaders());
+        return { data: { input_id: data.input_id, outcome: data.outcome } };
+      }
+      case 'abort':
+        if (!this.sessionId) return { data: { aborted: false } };
+        return { data: await this.client.call('POST', `/api/sessions/${this.sessionId}/abort`, {}, this.client.taskHeaders()) };
+      case 'abort_and_prompt': {
+        const message = text();
+        const id = await this.session();
+        this.respond(c, {});
+        await this.client.call('POST', `/api/sessions/${id}/abort`, { prompt: { content: message } }, this.client.taskHeaders()).catch((err: Error) => this.respond(c, { error: err.message }));
+        return undefined;
+      }
+      case 'new_session':
+        this.sessionId = null;
+        await this.session();
+        return { data: { cancelled: false, sessionId: this.sessionId } };
+      case 'get_state': {
+        const s = this.sessionId ? (await this.client.call('GET', `/api/sessions/${this.sessionId}`, undefined, this.client.taskHeaders())).session : null;
+        return {
+          data: {
+            model: s ? { provider: 'cadre', id: s.model } : null,
+            thinkingLevel: 'off', isStreaming: s ? s.status === 'running' || s.status === 'waiting_tool' : false, isCompacting: false,
+            steeringMode: s?.steering_mode ?? 'one-at-a-time', followUpMode: s?.follow_up_mode ?? 'one-at-a-time', interruptMode: s?.interrupt_mode ?? 'immediate',
+            sessionId: this.sessionId, sessionName: this.sessionName, autoCompactionEnabled: true, messageCount: s?.turn ?? 0,
+            queuedMessageCount: s ? s.queued_steering.length + s.queued_follow_ups.length : 0,
+            steeringQueue: s?.queued_steering ?? [], followUpQueue: s?.queued_follow_ups ?? [],
+          },
+        };
+      }
+      case 'get_last_assistant_text':
+        return { data: { text: this.lastText || null } };
+      case 'get_session_stats': {
+        if (!this.sessionId) return { data: { sessionId: null, turns: 0 } };
+        const s = (await this.client.call('GET', `/api/sessions/${this.sessionId}`, undefined, this.client.taskHeaders())).session;
+        return { data: { sessionId: s.session_id, turns: s.turn, status: s.status, lastSeq: s.last_seq } };
+      }
+      case 'get_available_models': {
+        const id = await this.session();
+        const s = (await this.client.call('GET', `/api/sessions/${id}`, undefined, this.client.taskHeaders())).session;
+        return { data: { models: [{ provider: 'cadre', id: s.model }] } };
+      }
+      case 'set_steering_mode':
+      case 'set_follow_up_mode':
+      case 'set_interrupt_mode': {
+        const field = c.type === 'set_steering_mode' ? 'steering_mode' : c.type === 'set_follow_up_mode' ? 'follow_up_mode' : 'interrupt_mode';
+        const id = await this.session();
+        await this.client.call('PATCH', `/api/sessions/${id}/modes`, { [field]: c.mode }, this.client.taskHeaders());
+        return {};
+      }
+      case 'set_session_name':
+        if (typeof c.name !== 'string' || c.name.trim() === '') return { error: 'name must be a non-empty string' };
+        this.sessionName = c.name;
+        return {};
+      case 'bash':
+        return this.runBash(c);
+      case 'abort_bash':
+        this.bash?.kill();
+        return {};
+      default: {
+        const reason = REFUSED[c.type];
+        if (reason) return { error: `${c.type} is not supported by cadre rpc: ${reason}` };
+        // The protocol answers an unknown command without its id.
+        this.out({ type: 'response', command: c.type, success: false, error: `Unknown command: ${c.type}` });
+        return undefined;
+      }
+    }
+  }
+
+  /** bash runs in this process's working directory; its output is the response. */
+  private runBash(c: Json): Promise<{ data: unknown } | { error: string }> {
+    if (typeof c.command !== 'string' || c.command === '') return Promise.resolve({ error: 'command must be a non-empty string' });
+    if (this.bash) return Promise.resolve({ error: 'a bash command is already running' });
+    return new Promise((resolve) => {
+      const child = spawn('bash', ['-c', c.command as string], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
+      this.bash = child;
+      let output = '';
+      child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+      child.on('close', (code, signal) => {
+        this.bash = null;
+        resolve({ data: { output: output.slice(-100_000), exitCode: code, cancelled: signal !== null, truncated: output.length > 100_000 } });
+      });
+    });
+  }
+
+  private async session(): Promise<string> {
+    if (this.sessionId) return this.sessionId;
+    const created = await this.client.call('POST', '/api/sessions', { workspace_id: this.workspace }, this.client.taskHeaders());
+    this.sessionId = created.session.session_id as string;
+    this.afterSeq = 0;
+    void this.pump(this.sessionId);
+    return this.sessionId;
+  }
+
+  /** Polls the session's events and writes them as agent events, until stdin closes or the session changes. */
+  private async pump(sessionId: string): Promise<void> {
+    if (this.polling) await new Promise((r) => setTimeout(r, 0));
+    this.polling = true;
+    while (!this.stopped && this.sessionId === sessionId) {
+      try {
+        const page = await this.client.call('GET', `/api/sessions/${sessionId}/events?after_seq=${this.afterSeq}&limit=500`, undefined, this.client.taskHeaders());
+        for (const e of page.events as Json[]) {
+          this.afterSeq = e.seq;
+          for (const line of this.toAgentEvents(e)) this.out(line);
+        }
+        if ((page.events as Json[]).length > 0) continue;
+      } catch {
+        // A passing network error: the cursor stays, the next poll picks up from it.
+      }
+      await new Promise((r) => setTimeout(r, 40));
+    }
+  }
+
+  private toAgentEvents(e: Json): object[] {
+    const p = e.payload as Json;
+    switch (e.event_type) {
+      case 'user_message':
+        this.currentText = '';
+        return [{ type: 'agent_start' }, { type: 'turn_start', turn: p.turn }, { type: 'message_start', message: { role: 'user', content: p.content } }];
+      case 'text_delta':
+        this.currentText += p.content;
+        return [{ type: 'message_update', assistantMessageEvent: { type: 'text_delta', delta: p.content } }];
+      case 'thinking_delta':
+        return [{ type: 'message_update', assistantMessageEvent: { type: 'thinking_delta', delta: p.content } }];
+      case 'tool_call':
+        return [{ type: 'tool_execution_start', toolCallId: p.tool_call_id, toolName: p.tool_name, args: p.arguments }];
+      case 'tool_result':
+        return [{ type: 'tool_execution_end', toolCallId: p.tool_call_id, toolName: p.tool_name, result: p.result, isError: !p.success }];
+      case 'input_queued':
+      case 'input_delivered':
+      case 'input_dropped':
+        if (e.event_type === 'input_delivered') this.currentText = '';
+        return [{ type: e.event_type, ...p }];
+      case 'turn_complete':
+        this.lastText = this.currentText;
+        return [{ type: 'message_end', message: { role: 'assistant', content: this.currentText } }, { type: 'turn_end', stopReason: p.stop_reason, usage: p.usage }, { type: 'agent_end' }];
+      case 'session_error':
+        return [{ type: 'error', code: p.code, message: p.message }];
+      default:
+        return [];
+    }
+  }
+}

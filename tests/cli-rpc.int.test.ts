@@ -1,0 +1,141 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_API_KEY } from '@cadre/testing';
+import { TestStack } from './support/stack.ts';
+
+const BIN = join(fileURLToPath(new URL('../', import.meta.url)), 'apps/cli/src/main.ts');
+let stack: TestStack;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 1 });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+type Line = Record<string, any>;
+
+/** `cadre rpc` as a child process, driven through its stdin and read line by line from its stdout. */
+class Rpc {
+  readonly child: ChildProcessWithoutNullStreams;
+  readonly lines: Line[] = [];
+  readonly exited: Promise<number | null>;
+
+  constructor() {
+    // An empty directory: no .cadre/ there, so the gateway and key come from the environment.
+    this.child = spawn(process.execPath, [BIN, 'rpc'], {
+      cwd: mkdtempSync(join(tmpdir(), 'cadre-rpc-')),
+      env: { PATH: process.env.PATH ?? '', CADRE_URL: stack.url, CADRE_API_KEY: TEST_API_KEY },
+    });
+    let buffer = '';
+    this.child.stdout.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      let nl;
+      while ((nl = buffer.indexOf('\n')) >= 0) {
+        this.lines.push(JSON.parse(buffer.slice(0, nl)) as Line);
+        buffer = buffer.slice(nl + 1);
+      }
+    });
+    this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+  }
+
+  send(command: object | string): void {
+    this.child.stdin.write(`${typeof command === 'string' ? command : JSON.stringify(command)}\n`);
+  }
+
+  async waitFor(pred: (lines: Line[]) => boolean, timeoutMs = 20_000): Promise<Line[]> {
+    const deadline = Date.now() + timeoutMs;
+    while (!pred(this.lines)) {
+      if (Date.now() > deadline) throw new Error(`timed out; got ${JSON.stringify(this.lines.slice(-5))}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return this.lines;
+  }
+
+  response(id: string): Promise<Line> {
+    return this.waitFor((ls) => ls.some((l) => l.type === 'response' && l.id === id)).then((ls) => ls.find((l) => l.type === 'response' && l.id === id)!);
+  }
+}
+
+const count = (type: string, n: number) => (ls: Line[]) => ls.filter((l) => l.type === type).length >= n;
+const SLOW = '[[scripted:chunk_delay=40]] [[scripted:words=25]]';
+
+describe('cadre rpc (oh-my-pi RPC mode over stdio)', () => {
+  it('prompt, a steer mid-turn the next model call sees, follow-ups in both modes, get_state with the queues, abort', async () => {
+    const rpc = new Rpc();
+    rpc.send({ id: '1', type: 'prompt', message: `Compare X and Y ${SLOW}` });
+    expect(await rpc.response('1')).toEqual({ id: '1', type: 'response', command: 'prompt', success: true });
+    await rpc.waitFor(count('message_update', 1));
+    rpc.send({ id: '2', type: 'steer', message: 'Only price matters' });
+    expect((await rpc.response('2')).success).toBe(true);
+    await rpc.waitFor(count('agent_end', 1));
+    rpc.send({ id: '3', type: 'get_last_assistant_text' });
+    expect((await rpc.response('3')).data.text).toMatch(/^Scripted answer to "Only price matters"/);
+    expect(rpc.lines.find((l) => l.type === 'input_delivered')).toMatchObject({ kind: 'steer', turn: 1 });
+
+    // Follow-ups one at a time: each its own turn; get_state shows them queued while the turn runs.
+    rpc.send({ id: '4', type: 'set_interrupt_mode', mode: 'wait' });
+    expect((await rpc.response('4')).success).toBe(true);
+    rpc.send({ id: '5', type: 'prompt', message: `Next ${SLOW}` });
+    await rpc.waitFor((ls) => ls.filter((l) => l.type === 'turn_start').length >= 2);
+    rpc.send({ id: '6', type: 'follow_up', message: 'First follow-up' });
+    rpc.send({ id: '7', type: 'prompt', message: 'Second follow-up', streamingBehavior: 'followUp' });
+    rpc.send({ id: '8', type: 'steer', message: 'A queued steer' });
+    await rpc.response('8');
+    rpc.send({ id: '9', type: 'get_state' });
+    const state = (await rpc.response('9')).data;
+    expect(state).toMatchObject({ isStreaming: true, interruptMode: 'wait', followUpMode: 'one-at-a-time', queuedMessageCount: 3 });
+    expect(state.followUpQueue.map((q: { content: string }) => q.content)).toEqual(['First follow-up', 'Second follow-up']);
+    expect(state.steeringQueue.map((q: { content: string }) => q.content)).toEqual(['A queued steer']);
+    await rpc.waitFor(count('agent_end', 4));
+    const turns = rpc.lines.filter((l) => l.type === 'input_delivered').map((l) => [l.kind, l.turn]);
+    expect(turns).toEqual([['steer', 1], ['steer', 2], ['follow_up', 3], ['follow_up', 4]]);
+
+    // Mode all: two follow-ups batched into one turn.
+    rpc.send({ id: '10', type: 'set_follow_up_mode', mode: 'all' });
+    await rpc.response('10');
+    rpc.send({ id: '11', type: 'prompt', message: `Again ${SLOW}` });
+    await rpc.waitFor((ls) => ls.filter((l) => l.type === 'turn_start').length >= 5);
+    rpc.send({ id: '12', type: 'follow_up', message: 'Batch one' });
+    rpc.send({ id: '13', type: 'follow_up', message: 'Batch two' });
+    await rpc.waitFor(count('agent_end', 6));
+    expect(rpc.lines.filter((l) => l.type === 'input_delivered').slice(-2).map((l) => l.turn)).toEqual([6, 6]);
+
+    // Abort: the running turn ends cancelled, the queued follow-up is dropped with its outcome.
+    rpc.send({ id: '14', type: 'prompt', message: `Long ${SLOW}` });
+    await rpc.waitFor((ls) => ls.filter((l) => l.type === 'turn_start').length >= 7);
+    rpc.send({ id: '15', type: 'follow_up', message: 'never runs' });
+    await rpc.response('15');
+    rpc.send({ id: '16', type: 'abort' });
+    expect((await rpc.response('16')).data).toMatchObject({ aborted: true, dropped: 1 });
+    const ended = await rpc.waitFor(count('agent_end', 7));
+    expect(ended.filter((l) => l.type === 'turn_end').at(-1)!.stopReason).toBe('cancelled');
+    expect(ended.find((l) => l.type === 'input_dropped')).toMatchObject({ kind: 'follow_up', reason: 'abort' });
+
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  });
+
+  it('unknown command (no id), parse error, unsupported commands, bad input, bash, stdin close → exit 0', async () => {
+    const rpc = new Rpc();
+    rpc.send({ id: 'u', type: 'teleport' });
+    rpc.send('{not json');
+    rpc.send({ id: 'c', type: 'compact' });
+    rpc.send({ id: 'p', type: 'prompt', message: '' });
+    rpc.send({ id: 'm', type: 'set_steering_mode', mode: 'sometimes' });
+    rpc.send({ id: 'b', type: 'bash', command: 'echo hi-from-$((1+1))' });
+    const lines = await rpc.waitFor((ls) => ls.some((l) => l.id === 'b'));
+    expect(lines.find((l) => l.command === 'teleport')).toEqual({ type: 'response', command: 'teleport', success: false, error: 'Unknown command: teleport' });
+    expect(lines.find((l) => l.command === 'parse')).toMatchObject({ type: 'response', success: false });
+    expect(lines.find((l) => l.id === 'c')).toMatchObject({ success: false, error: expect.stringMatching(/not supported/) });
+    expect(lines.find((l) => l.id === 'p')).toMatchObject({ success: false, error: expect.stringMatching(/message/) });
+    expect(lines.find((l) => l.id === 'm')).toMatchObject({ success: false });
+    expect(lines.find((l) => l.id === 'b')!.data).toMatchObject({ output: 'hi-from-2\n', exitCode: 0 });
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  });
+});
