@@ -207,6 +207,23 @@ describe('the board', () => {
     expect((await api.get<{ task: { status: string } }>(`/api/tasks/${taskId}`)).body.task.status).toBe('cancelled');
   });
 
+  it('starts a session, sends a message, shows the streamed answer and closes the session', async () => {
+    await useWorkspace('board');
+    await page.getByRole('link', { name: 'Sessions' }).click();
+    await page.getByRole('button', { name: 'Start a session in board' }).click();
+    await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+    const sessionId = page.url().split('/').at(-1)!;
+    await page.getByRole('textbox', { name: 'Message' }).fill('Say hello to the operator');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 15_000 });
+    const answer = await page.locator('.conversation li.agent').textContent();
+    expect(answer).toMatch(/^agent Scripted answer to "Say hello to the operator/);
+    await browser.shot('08-session');
+    await page.getByRole('button', { name: 'Close session' }).click();
+    await page.locator('[data-testid="session-status"]:text-is("closed")').waitFor();
+    expect((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status).toBe('closed');
+  });
+
   it('keeps a place for approvals and says they are not available until the API exists', async () => {
     await page.getByRole('link', { name: 'Approvals' }).click();
     await page.getByTestId('approvals-unavailable').waitFor();

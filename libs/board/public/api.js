@@ -61,3 +61,11 @@ export const approvalsApi = {
     }
   },
 };
+
+export const sessionsApi = {
+  create: async (body) => (await call('POST', '/api/sessions', body, taskHeaders())).session,
+  get: async (id) => (await call('GET', `/api/sessions/${encodeURIComponent(id)}`, undefined, taskHeaders())).session,
+  send: (id, content) => call('POST', `/api/sessions/${encodeURIComponent(id)}/messages`, { content }, taskHeaders()),
+  cancel: (id) => call('POST', `/api/sessions/${encodeURIComponent(id)}/cancel`, { reason: 'cancelled from the board' }, taskHeaders()),
+  close: async (id) => (await call('DELETE', `/api/sessions/${encodeURIComponent(id)}`, { reason: 'closed from the board' }, taskHeaders())).session,
+};

@@ -4,9 +4,10 @@ import { tasksView } from './views/tasks.js';
 import { taskView } from './views/task.js';
 import { runsView } from './views/runs.js';
 import { approvalsView } from './views/approvals.js';
+import { sessionView, sessionsView } from './views/sessions.js';
 import { ApiError, tasksApi } from './api.js';
 
-// Hash routes keep the board one static page: #/tasks, #/tasks/<id>, #/runs, #/approvals.
+// Hash routes keep the board one static page: #/tasks, #/tasks/<id>, #/runs, #/sessions[/<id>], #/approvals.
 const main = document.getElementById('main');
 let current = null;
 
@@ -25,6 +26,8 @@ function route() {
   }
   if (view === 'tasks' && id) current = taskView(main, decodeURIComponent(id));
   else if (view === 'runs') current = runsView(main);
+  else if (view === 'sessions' && id) current = sessionView(main, decodeURIComponent(id));
+  else if (view === 'sessions') current = sessionsView(main);
   else if (view === 'approvals') current = approvalsView(main);
   else current = tasksView(main);
 }

@@ -1,0 +1,107 @@
+import { h, orDash, say } from '../dom.js';
+import { sessionsApi, taskHeaders } from '../api.js';
+import { followStream } from '../event-stream.js';
+import { workspace } from '../session.js';
+
+/** The sessions API has no listing yet: start a session here, or open one by its id. */
+export function sessionsView(root) {
+  const ws = workspace();
+  const open = h('form', { class: 'card' },
+    h('h2', {}, 'Open a session'),
+    h('label', {}, 'Session id', h('input', { name: 'id', required: true, autocomplete: 'off', pattern: '[0-9a-f-]{36}' })),
+    h('button', { type: 'submit' }, 'Open session'));
+  open.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    location.hash = `#/sessions/${String(new FormData(open).get('id')).trim()}`;
+  });
+  const start = h('button', { type: 'button' }, `Start a session in ${ws}`);
+  start.addEventListener('click', async () => {
+    try {
+      const session = await sessionsApi.create({ workspace_id: ws });
+      location.hash = `#/sessions/${session.session_id}`;
+    } catch (err) {
+      say(`Could not start a session: ${err.message}`);
+    }
+  });
+  root.append(h('h1', {}, `Sessions in ${ws}`), h('p', { class: 'card' }, start), open);
+  return { close() {} };
+}
+
+/** One session: its status, the conversation (user messages and the agent's streamed answers), send, cancel, close. */
+export function sessionView(root, sessionId) {
+  const status = h('span', { class: 'badge', 'data-testid': 'session-status' });
+  const streamState = h('span', { class: 'muted' }, 'connecting…');
+  const talk = h('ol', { class: 'conversation', 'aria-label': 'Conversation' });
+  const log = h('ol', { class: 'log', 'aria-label': 'Event log' });
+  const input = h('textarea', { name: 'content', rows: 2, required: true, 'aria-label': 'Message' });
+  const send = h('form', { class: 'send' }, input, h('button', { type: 'submit' }, 'Send'));
+  const cancel = h('button', { type: 'button' }, 'Cancel turn');
+  const end = h('button', { type: 'button', class: 'danger' }, 'Close session');
+  const answers = new Map();
+  let stream = null;
+
+  const setStatus = (s) => {
+    status.textContent = s;
+    status.className = `badge ${s}`;
+  };
+  const onEvent = (e) => {
+    const p = e.payload ?? {};
+    if (e.event_type === 'user_message') talk.append(h('li', { class: 'user' }, h('b', {}, 'user '), p.content));
+    if (e.event_type === 'text_delta') {
+      let li = answers.get(p.message_id);
+      if (!li) {
+        li = h('li', { class: 'agent', 'data-message-id': p.message_id }, h('b', {}, 'agent '), h('span'));
+        answers.set(p.message_id, li);
+        talk.append(li);
+      }
+      li.lastElementChild.append(p.content);
+    }
+    if (e.event_type === 'user_message') setStatus('running');
+    if (e.event_type === 'activity') setStatus(p.state === 'idle' ? 'idle' : 'running');
+    if (e.event_type === 'tool_request') setStatus('waiting_tool');
+    if (e.event_type === 'turn_complete') setStatus('idle');
+    if (e.event_type === 'session_closed') setStatus('closed');
+    if (e.event_type !== 'text_delta' && e.event_type !== 'thinking_delta') {
+      log.append(h('li', { 'data-seq': e.seq, 'data-type': e.event_type },
+        h('span', { class: 'seq' }, `#${e.seq}`), h('time', { datetime: e.timestamp }, new Date(e.timestamp).toLocaleTimeString()),
+        h('span', { class: 'who' }, 'session'), h('span', { class: 'what' }, `${e.event_type} ${JSON.stringify(p).slice(0, 100)}`)));
+    }
+  };
+
+  send.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    try {
+      await sessionsApi.send(sessionId, input.value);
+      input.value = '';
+    } catch (err) {
+      say(`Not sent: ${err.message}`);
+    }
+  });
+  cancel.addEventListener('click', () => sessionsApi.cancel(sessionId).catch((err) => say(`Could not cancel: ${err.message}`)));
+  end.addEventListener('click', () => sessionsApi.close(sessionId).catch((err) => say(`Could not close: ${err.message}`)));
+
+  root.append(
+    h('p', {}, h('a', { href: '#/sessions' }, '← Sessions')),
+    h('header', { class: 'task-head' }, h('h1', {}, `Session ${sessionId.slice(0, 8)}`), status, streamState, h('span', { class: 'spacer' }), cancel, end),
+    h('div', { class: 'split' },
+      h('section', { 'aria-label': 'Conversation' }, talk, send),
+      h('section', { 'aria-label': 'Session events' }, log)));
+
+  void (async () => {
+    try {
+      const session = await sessionsApi.get(sessionId);
+      setStatus(orDash(session.status));
+    } catch (err) {
+      return say(`Could not load the session: ${err.message}`);
+    }
+    stream = followStream({
+      url: `/api/sessions/${encodeURIComponent(sessionId)}/stream`,
+      headers: taskHeaders,
+      afterSeq: 0,
+      onEvent,
+      onState: (s) => (streamState.textContent = s),
+      isTerminal: (type) => type === 'session_closed',
+    });
+  })();
+  return { close: () => stream?.close() };
+}
