@@ -55,6 +55,12 @@ function asRozSees(taskId: string, e: TeamEvent): RozTeamEvent {
     case 'worker_exited':
       expect(e.payload.parent_task_id).toBe(taskId);
       return { event: 'worker_exited', worker_exited: { worker_id, parent_task_id: e.payload.parent_task_id } };
+    case 'worker_approval_requested': {
+      const { approval_id, tool_name, reason, timeout_secs } = e.payload;
+      return { event: 'worker_approval_requested', worker_approval_requested: { worker_id, task_id: taskId, approval_id, tool_name, reason, timeout_secs: String(timeout_secs) } };
+    }
+    case 'worker_approval_resolved':
+      return { event: 'worker_approval_resolved', worker_approval_resolved: { worker_id, task_id: taskId, approval_id: e.payload.approval_id, approved: e.payload.approved } };
     case 'task_queued':
     case 'task_completed':
     case 'task_failed':

@@ -2,7 +2,8 @@ import type { Redis } from 'ioredis';
 import { Counter, Gauge, Histogram } from 'prom-client';
 import { bullmqTelemetry, createMetricsRegistry, scrubError, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
@@ -52,6 +53,9 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
   const tasks = new TaskService({ store, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
+  const approvals = new ApprovalService({
+    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }), store, queue,
+  });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
@@ -101,6 +105,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
     logger,
     auth,
     tasks,
+    approvals,
     runs,
     runsAuth,
     sessions,

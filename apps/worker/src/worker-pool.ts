@@ -3,7 +3,7 @@ import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { agentMetrics, bullmqTelemetry, createMetricsRegistry, scrubError, serveMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
-import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
+import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
@@ -41,6 +41,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   const processor = new AgentJobProcessor({
     store,
+    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }),
     queue,
     cancels,
     model,

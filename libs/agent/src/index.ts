@@ -8,6 +8,8 @@ export type {
   AgentTool,
   RunAgentOptions,
   ToolContext,
+  AgentSnapshot,
+  ToolGate,
 } from './types.ts';
 export { runAgent, runToolCall, modelErrorMessage } from './run-agent.ts';
 export { streamModelTurn, type ModelTurn } from './model-turn.ts';

@@ -24,12 +24,15 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     type: 'function',
     function: { name: tool.name, description: tool.description, parameters: tool.parameters },
   }));
-  const messages: ChatCompletionMessageParam[] = [
-    { role: 'system', content: `You are the ${spec.role} agent in a Cadre team.\n${spec.instructions}` },
-    { role: 'user', content: input },
-  ];
-  const usage: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  let turns = 0;
+  const resume = opts.resume;
+  const messages: ChatCompletionMessageParam[] = resume
+    ? [...resume.messages]
+    : [
+        { role: 'system', content: `You are the ${spec.role} agent in a Cadre team.\n${spec.instructions}` },
+        { role: 'user', content: input },
+      ];
+  const usage: TokenUsage = resume ? { ...resume.usage } : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  let turns = resume?.turns ?? 0;
 
   const fail = (reason: AgentFailureReason, message: string): AgentOutcome => ({
     ok: false,
@@ -43,6 +46,38 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     opts.signal.aborted
       ? fail('cancelled', `cancelled: ${reasonText(opts.signal.reason)}`)
       : fail('timeout', `timed out after ${spec.timeoutMs} ms`);
+
+  /**
+   * Runs one turn's tool calls (or feeds the model their denials) and appends the results in the model's order.
+   * Returns an outcome only when the loop must stop.
+   */
+  const toolStep = async (toolCalls: ChatCompletionMessageFunctionToolCall[], denials: readonly (string | null)[]): Promise<AgentOutcome | null> => {
+    const ctx: ToolContext = { signal };
+    let results: string[];
+    try {
+      // Concurrent, but the results go back in the model's order so the transcript is deterministic.
+      results = await untilAborted(
+        Promise.all(toolCalls.map((call, i) => {
+          const denial = denials[i];
+          return denial != null ? Promise.resolve(`error: tool call denied: ${denial}`) : runToolCall(call, toolsByName, ctx, observer);
+        })),
+        signal,
+      );
+    } catch (err) {
+      if (signal.aborted) return aborted();
+      return fail('tool_error', `tool aborted without a cancel: ${errorText(err)}`);
+    }
+    toolCalls.forEach((call, i) => {
+      messages.push({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' });
+    });
+    return null;
+  };
+
+  if (resume) {
+    // Picks up at the parked tool calls: nothing before them (the model turn included) runs again.
+    const stopped = await toolStep(resume.toolCalls, resume.denials);
+    if (stopped) return stopped;
+  }
 
   while (true) {
     if (signal.aborted) return aborted();
@@ -80,19 +115,12 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
       await hooks.onToolCall({ tool: call.function.name, callId: call.id, arguments: call.function.arguments });
     }
     if (signal.aborted) return aborted();
-
-    const ctx: ToolContext = { signal };
-    let results: string[];
-    try {
-      // Concurrent, but the results go back in the model's order so the transcript is deterministic.
-      results = await untilAborted(Promise.all(turn.toolCalls.map((call) => runToolCall(call, toolsByName, ctx, observer))), signal);
-    } catch (err) {
-      if (signal.aborted) return aborted();
-      return fail('tool_error', `tool aborted without a cancel: ${errorText(err)}`);
-    }
-    turn.toolCalls.forEach((call, i) => {
-      messages.push({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' });
-    });
+    // The gate may deny calls, or throw to park the loop here (the caller keeps the snapshot and resumes later).
+    const denials = opts.gate
+      ? await opts.gate(turn.toolCalls, { messages: [...messages], usage: { ...usage }, turns, toolCalls: turn.toolCalls })
+      : [];
+    const stopped = await toolStep(turn.toolCalls, denials);
+    if (stopped) return stopped;
     endTurn();
   }
 }

@@ -1,4 +1,5 @@
 import type OpenAI from 'openai';
+import type { ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { TokenUsage } from '@cadre/protocol';
 
 export interface ToolContext {
@@ -50,7 +51,25 @@ export interface AgentObserver {
   toolCall?(call: { tool: string; outcome: 'ok' | 'error' | 'aborted'; seconds: number }): void;
 }
 
+/** The loop's state at a tool-call boundary: enough to go on from there without re-running the model turn. */
+export interface AgentSnapshot {
+  messages: ChatCompletionMessageParam[];
+  usage: TokenUsage;
+  turns: number;
+  toolCalls: ChatCompletionMessageFunctionToolCall[];
+}
+
+/**
+ * Decides a turn's tool calls before they run: per call, null (run it) or a denial reason the model sees as a
+ * tool error. Throwing stops the loop (runAgent rethrows): that is how a caller parks it at `snapshot`.
+ */
+export type ToolGate = (calls: ChatCompletionMessageFunctionToolCall[], snapshot: AgentSnapshot) => Promise<(string | null)[]>;
+
 export interface RunAgentOptions {
+  /** Asked before each turn's tools run. */
+  gate?: ToolGate;
+  /** Goes on from a parked snapshot: its tool calls run (or are denied) first. */
+  resume?: AgentSnapshot & { denials: (string | null)[] };
   client: OpenAI;
   spec: AgentSpec;
   /** The user message: the goal or assignment. */

@@ -34,6 +34,9 @@ export interface TokenUsage {
   total_tokens: number;
 }
 
+export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'expired', 'cancelled'] as const;
+export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number];
+
 /** Payload per event type. worker_* events also carry worker_id and attempt on the envelope. */
 export interface TeamEventPayloads {
   task_queued: { workspace_id: string; goal: string };
@@ -43,6 +46,10 @@ export interface TeamEventPayloads {
   worker_completed: { result: string; usage: TokenUsage };
   worker_failed: { reason: WorkerFailureReason; message: string };
   worker_exited: { parent_task_id: string };
+  /** A tool call waits for an operator's decision (roz's WorkerApprovalRequested, tag 7). */
+  worker_approval_requested: { approval_id: string; tool_name: string; call_id: string; arguments: string; reason: string; timeout_secs: number };
+  /** The decision, a timeout (`expired`) or a cancel (`cancelled`) (roz's WorkerApprovalResolved, tag 8). */
+  worker_approval_resolved: { approval_id: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string };
   task_completed: { result: string; usage: TokenUsage };
   task_failed: { reason: string };
   task_cancelled: { reason: string };
@@ -57,6 +64,8 @@ export const TEAM_EVENT_TYPES = [
   'worker_completed',
   'worker_failed',
   'worker_exited',
+  'worker_approval_requested',
+  'worker_approval_resolved',
   'task_completed',
   'task_failed',
   'task_cancelled',

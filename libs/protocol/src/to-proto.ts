@@ -4,8 +4,11 @@ import type { TeamEvent as TeamEventProto, TokenUsage as TokenUsageProto } from 
 import { WORKER_PHASES, type TeamEvent, type TokenUsage } from './team-events.ts';
 
 export function toProtoTeamEvent(taskId: string, e: TeamEvent): TeamEventProto {
+  const event = toProtoVariant(e);
+  // roz's approval messages repeat the task id inside the variant.
+  if (event?.$case === 'workerApprovalRequested' || event?.$case === 'workerApprovalResolved') event.value.taskId = taskId;
   return {
-    event: toProtoVariant(e),
+    event,
     seq: e.seq,
     timestamp: e.timestamp,
     taskId,
@@ -37,6 +40,12 @@ function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
       return { $case: 'workerFailed', value: { workerId, reason: e.payload.reason, message: e.payload.message } };
     case 'worker_exited':
       return { $case: 'workerExited', value: { workerId, parentTaskId: e.payload.parent_task_id } };
+    case 'worker_approval_requested': {
+      const { approval_id, tool_name, reason, timeout_secs } = e.payload;
+      return { $case: 'workerApprovalRequested', value: { workerId, taskId: '', approvalId: approval_id, toolName: tool_name, reason, timeoutSecs: timeout_secs } };
+    }
+    case 'worker_approval_resolved':
+      return { $case: 'workerApprovalResolved', value: { workerId, taskId: '', approvalId: e.payload.approval_id, approved: e.payload.approved } };
     case 'task_queued':
       return taskStatus({ status: 'queued' });
     case 'task_completed':

@@ -21,7 +21,9 @@ export type StoreErrorCode =
   | 'tool_call_finished'
   | 'too_many_tools'
   | 'queue_full'
-  | 'transcript_changed';
+  | 'transcript_changed'
+  | 'approval_not_found'
+  | 'approval_decided';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;

@@ -7,6 +7,8 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{t:<id>}:meta     hash: task fields, `seq` (last appended seq), `status`
  *   <prefix>:{t:<id>}:events   stream: one entry per event, entry id `<seq>-0`
  *   <prefix>:{t:<id>}:roster   hash: worker_id → worker JSON (role, status, attempt, lease, result, ...)
+ *   <prefix>:{t:<id>}:approvals  hash: approval_id → approval record JSON (see approval-store.ts)
+ *   <prefix>:{t:<id>}:parked     hash: worker_id → the worker's transcript saved at its parked tool calls
  *   <prefix>:stats:tasks       hash: status → count of tasks that reached it (metrics only)
  *   <prefix>:tasks:enqueueing  sorted set: task id → ms its creation began; left behind only by a gateway that
  *                              died before enqueueing the task's jobs (a sweeper enqueues those)
@@ -17,6 +19,7 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{w:<ws>}:workers|queue|active|expiry|runs|leases|cmds:<worker>|run:<id>:meta|run:<id>:events
  *   <prefix>:{w:<ws>}:tasks    set: the workspace's unfinished team tasks (for stop-all)
  *   <prefix>:{w:<ws>}:tasklist zset (scores 0): `<9999999999999 - created ms>:<taskId>`, newest first by member
+ *   <prefix>:{w:<ws>}:approval-policy  string: the workspace's approval rules (JSON)
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
  *
@@ -65,6 +68,16 @@ export class KeyBuilder {
     return {
       meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls`, steer: `${tag}:steer`, followUp: `${tag}:followup`,
     };
+  }
+
+  /** A task's approval records and parked workers (same hash tag as the task, so one script touches all). */
+  taskApprovals(taskId: string): { approvals: string; parked: string } {
+    const tag = `${this.prefix}:{t:${taskId}}`;
+    return { approvals: `${tag}:approvals`, parked: `${tag}:parked` };
+  }
+
+  approvalPolicy(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:approval-policy`;
   }
 
   tasksEnqueueing(): string {

@@ -75,6 +75,9 @@ export interface StoreScripts {
   setInputModes(...args: ScriptArg[]): Promise<number>;
   compactTranscript(...args: ScriptArg[]): Promise<number>;
   bindConversation(...args: ScriptArg[]): Promise<string>;
+  parkWorker(...args: ScriptArg[]): Promise<number>;
+  decideApproval(...args: ScriptArg[]): Promise<[number, string?, number?]>;
+  setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
 }
 
 export function scriptsOf(redis: Redis): StoreScripts {

@@ -233,7 +233,7 @@ export class TaskStore {
   /** Cancels the task; 'already' when it was cancelled before. Completed or failed tasks throw task_finished. */
   async cancelTask(taskId: string, reason: string): Promise<'cancelled' | 'already'> {
     const code = await this.scripts.cancelTask(
-      ...this.k(taskId), taskId, reason, this.retentionSec, this.maxEvents, this.keys.appendedChannel(), this.keys.cancelChannel(),
+      ...this.k(taskId), this.keys.taskApprovals(taskId).approvals, taskId, reason, this.retentionSec, this.maxEvents, this.keys.appendedChannel(), this.keys.cancelChannel(),
     );
     if (code === 1) {
       await this.taskEnded(taskId, 'cancelled');

@@ -11,6 +11,8 @@ export interface TeamSpec {
   lead: { instructions: string; model?: string };
   workers: WorkerSpec[];
   max_workers: number;
+  /** Rules checked before the workspace's (first match wins); see approval-store.ts. */
+  approval_policy?: { rules: { tool: string; action: 'allow' | 'ask' | 'deny'; timeout_secs?: number; reason?: string }[] };
 }
 
 /** `named`: the request names the workers; `planned`: the lead spawns them with spawn_worker. */

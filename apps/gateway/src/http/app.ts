@@ -8,6 +8,8 @@ import { httpStatusOf, toApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 import { healthRoutes } from './routes/health.routes.ts';
 import { taskRoutes } from './routes/tasks.routes.ts';
+import { approvalRoutes } from './routes/approvals.routes.ts';
+import type { ApprovalService } from '../approvals/approval-service.ts';
 import { runRoutes, type RunRoutesDeps } from './routes/runs.routes.ts';
 import { boardPlugin } from './plugins/board.plugin.ts';
 import { sessionRoutes, type SessionRoutesDeps } from './routes/sessions.routes.ts';
@@ -22,6 +24,7 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
   auth: Authenticator;
   tasks: TaskService;
+  approvals: ApprovalService;
   sse: SseSessions;
   metrics: Registry;
   isReady: () => Promise<boolean>;
@@ -126,6 +129,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   // Per-request logs only at warn and above: polling, SSE reconnects and heartbeats would drown the rest.
   app.register(healthRoutes, { ...deps, logLevel: 'warn' });
   app.register(taskRoutes, { ...deps, logLevel: 'warn' });
+  app.register(approvalRoutes, { ...deps, logLevel: 'warn' });
   app.register(runRoutes, { ...deps, logLevel: 'warn' });
   app.register(boardPlugin, { logLevel: 'warn' });
   app.register(sessionRoutes, { ...deps, logLevel: 'warn' });

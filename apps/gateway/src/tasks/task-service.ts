@@ -165,5 +165,6 @@ function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpe
     },
     workers,
     max_workers: maxWorkers,
+    ...(body.team?.approval_policy && { approval_policy: body.team.approval_policy }),
   };
 }

@@ -1,6 +1,6 @@
-import { UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
 import type OpenAI from 'openai';
-import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentTool } from '@cadre/agent';
+import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentSnapshot, type AgentTool, type ToolGate } from '@cadre/agent';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
@@ -8,6 +8,11 @@ import {
   LEAD_WORKER_ID,
   StoreError,
   agentJobId,
+  evaluatePolicy,
+  newApprovalId,
+  type ApprovalRecord,
+  type ApprovalRule,
+  type ApprovalStore,
   type AgentJobData,
   type ClaimResult,
   type TaskContext,
@@ -21,6 +26,7 @@ import { spawnWorkerTool } from './spawn-worker.tool.ts';
 
 export interface AgentJobDeps {
   store: TaskStore;
+  approvals: ApprovalStore;
   queue: TeamQueue;
   cancels: CancelRegistry;
   model: OpenAI;
@@ -112,8 +118,73 @@ export class AgentJobProcessor {
   };
 
   private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
-    const outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal);
-    return this.finish(job, lease, task, worker, outcome, undefined);
+    const { approvals } = this.deps;
+    // The task's rules first, then the workspace's; no rule matching a call allows it.
+    const rules: ApprovalRule[] = [...(task.team.approval_policy?.rules ?? []), ...(await approvals.getPolicy(task.workspace_id)).rules];
+    let resume: ResumeState | undefined;
+    const parked = await approvals.parked(task.task_id, worker.worker_id);
+    if (parked) {
+      const state = parked.resume as ResumeState;
+      let records = await approvals.many(task.task_id, parked.approval_ids);
+      // The wake-up at the earliest deadline: those past it are denied now (another process may have done it).
+      const now = Date.now();
+      for (const r of records.filter((a) => a.status === 'pending' && a.expires_at <= now)) {
+        await approvals.decide(r.approval_id, 'expired', 'approval timed out', '').catch((err: unknown) => {
+          if (!(err instanceof StoreError && err.code === 'approval_decided')) throw err;
+        });
+      }
+      records = await approvals.many(task.task_id, parked.approval_ids);
+      if (records.some((a) => a.status === 'pending')) {
+        // Woken before every decision arrived: wait again, holding nothing.
+        await this.deps.store.finishWorker(task.task_id, worker.worker_id, lease, { outcome: 'waiting' });
+        await this.sleepUntilDecided(job, lease, task.task_id, records);
+      }
+      const byCall = new Map(records.map((a) => [a.call_id, a]));
+      const denials = state.toolCalls.map((call, i) => {
+        const a = byCall.get(call.id);
+        if (!a) return state.denials[i] ?? null;
+        if (a.status === 'approved') return null;
+        return a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
+      });
+      resume = { ...state, denials };
+    }
+    const gate: ToolGate = async (calls, snapshot) => {
+      const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name));
+      const denials = verdicts.map((v) => (v.action === 'deny' ? v.reason : null));
+      const now = Date.now();
+      const asks: ApprovalRecord[] = calls.flatMap((call, i) => {
+        const v = verdicts[i]!;
+        if (v.action !== 'ask') return [];
+        return [{
+          approval_id: newApprovalId(task.task_id), workspace_id: task.workspace_id, task_id: task.task_id, worker_id: worker.worker_id,
+          call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, reason: v.reason, timeout_secs: v.timeout_secs,
+          status: 'pending', created_at: now, expires_at: now + v.timeout_secs * 1000,
+        }];
+      });
+      if (asks.length === 0) return denials;
+      throw new Parked({ ...snapshot, denials }, asks);
+    };
+    let outcome: AgentOutcome;
+    try {
+      outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal, 'thinking', { gate, resume });
+    } catch (err) {
+      if (!(err instanceof Parked)) throw err;
+      await approvals.park(task.task_id, worker.worker_id, lease, { resume: err.state, approval_ids: err.asks.map((a) => a.approval_id) }, err.asks);
+      await this.sleepUntilDecided(job, lease, task.task_id, err.asks);
+    }
+    return this.finish(job, lease, task, worker, outcome!, undefined);
+  }
+
+  /**
+   * Moves the job to delayed until the earliest approval deadline (the timeout is that delayed job), giving its
+   * slot back. A decision promotes the job; one that landed before the move is caught by the re-read here.
+   */
+  private async sleepUntilDecided(job: Job<AgentJobData>, lease: string, taskId: string, asks: readonly ApprovalRecord[]): Promise<never> {
+    const wakeAt = Math.min(...asks.map((a) => a.expires_at));
+    await job.moveToDelayed(wakeAt, lease);
+    const now = await this.deps.approvals.many(taskId, asks.map((a) => a.approval_id));
+    if (!now.some((a) => a.status === 'pending')) await job.promote().catch(() => undefined);
+    throw new DelayedError();
   }
 
   private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController, claimed: ClaimResult['kind']): Promise<AgentJobResult> {
@@ -182,7 +253,7 @@ export class AgentJobProcessor {
     return this.finish(job, lease, task, lead, outcome, { usage: addUsage(workersUsage, outcome.usage) });
   }
 
-  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking'): Promise<AgentOutcome> {
+  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking', approval?: { gate: ToolGate; resume: ResumeState | undefined }): Promise<AgentOutcome> {
     const { store } = this.deps;
     const hooks: AgentHooks = {
       onTurn: async (turn) => {
@@ -198,6 +269,8 @@ export class AgentJobProcessor {
       input,
       signal,
       hooks,
+      ...(approval && { gate: approval.gate }),
+      ...(approval?.resume && { resume: approval.resume }),
       ...(this.deps.observer && { observer: this.deps.observer }),
     });
   }
@@ -225,7 +298,7 @@ export class AgentJobProcessor {
 
   /** A loop that stopped before its outcome could be recorded: decide from why it stopped. */
   private async settleInterrupted(err: unknown, job: Job<AgentJobData>, lease: string, ac: AbortController, log: Logger): Promise<AgentJobResult> {
-    if (err instanceof UnrecoverableError || err instanceof WaitingChildrenError) throw err;
+    if (err instanceof UnrecoverableError || err instanceof WaitingChildrenError || err instanceof DelayedError) throw err;
     const { taskId, workerId } = job.data;
     const cause = ac.signal.reason as AbortCause | undefined;
     const storeCode = err instanceof StoreError ? err.code : undefined;
@@ -256,6 +329,20 @@ export class AgentJobProcessor {
 
 /** An agent loop's outcome, or the lead's when it had nothing to combine. */
 type Outcome = AgentOutcome | { ok: false; reason: 'team_failed'; message: string; usage: TokenUsage; turns: number };
+
+/** A parked loop's snapshot plus the denials the policy made without asking. */
+type ResumeState = AgentSnapshot & { denials: (string | null)[] };
+
+/** Thrown by the gate to stop the loop at a tool-call boundary whose calls need decisions. */
+class Parked extends Error {
+  readonly state: ResumeState;
+  readonly asks: ApprovalRecord[];
+  constructor(state: ResumeState, asks: ApprovalRecord[]) {
+    super('parked for approval');
+    this.state = state;
+    this.asks = asks;
+  }
+}
 
 class AbortedError extends Error {
   constructor() {

@@ -1,7 +1,32 @@
+import type { ApprovalPolicy } from '@cadre/store';
 // JSON schemas of the tasks API, one per part; Fastify validates requests against them before a handler runs.
 // Bodies are strict (unknown fields are an error, types are not coerced); querystrings are coerced from text.
 
 const text = (maxLength: number) => ({ type: 'string', minLength: 1, maxLength }) as const;
+
+/** Ordered approval rules (first match wins); see docs in README "Tool approvals". */
+export const approvalPolicySchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['rules'],
+  properties: {
+    rules: {
+      type: 'array',
+      maxItems: 64,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['tool', 'action'],
+        properties: {
+          tool: { type: 'string', minLength: 1, maxLength: 128 },
+          action: { type: 'string', enum: ['allow', 'ask', 'deny'] },
+          timeout_secs: { type: 'integer', minimum: 1, maximum: 7 * 24 * 3600 },
+          reason: { type: 'string', maxLength: 1000 },
+        },
+      },
+    },
+  },
+} as const;
 
 export const LIMITS = { goal: 20_000, instructions: 20_000, workers: 16, tools: 16, maxWorkers: 16 } as const;
 
@@ -37,6 +62,7 @@ export const createTaskBody = {
           },
         },
         max_workers: { type: 'integer', minimum: 1, maximum: LIMITS.maxWorkers },
+        approval_policy: approvalPolicySchema,
       },
     },
     metadata: { type: 'object', maxProperties: 64 },
@@ -50,6 +76,7 @@ export interface CreateTaskBody {
     lead?: { instructions?: string; model?: string };
     workers?: { role: string; instructions?: string; model?: string; tools?: string[] }[];
     max_workers?: number;
+    approval_policy?: ApprovalPolicy;
   };
   metadata?: Record<string, unknown>;
 }

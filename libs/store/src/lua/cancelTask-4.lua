@@ -2,7 +2,8 @@
   Cancels a task in one step: every started worker gets worker_failed (cancelled) and worker_exited, workers
   that never started are marked failed, the task ends `cancelled` with task_cancelled as its last event, and
   running loops are told through the cancel channel. Later writes from those loops are refused (task finished).
-  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  Pending approvals of its workers are cancelled too (worker_approval_resolved, status cancelled).
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster   KEYS[4] approvals hash
   ARGV[1] taskId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
   Returns 1 cancelled now, 2 already cancelled, -1 no such task, -2 already completed or failed.
@@ -32,6 +33,23 @@ for _, id in ipairs(ids) do
   end
 end
 local now = nowMs()
+-- Pending approvals in a stable order (by when they were asked, then id).
+local pending = {}
+for _, r in ipairs(redis.call('HVALS', KEYS[4])) do
+  local a = cjson.decode(r)
+  if a.status == 'pending' then table.insert(pending, a) end
+end
+table.sort(pending, function(x, y)
+  if x.created_at ~= y.created_at then return x.created_at < y.created_at end
+  return x.approval_id < y.approval_id
+end)
+for _, a in ipairs(pending) do
+  a.status, a.decision_reason, a.decided_by, a.decided_at = 'cancelled', reason, '', now
+  redis.call('HSET', KEYS[4], a.approval_id, cjson.encode(a))
+  local w = loadWorker(a.worker_id)
+  appendEvent(taskId, maxLen, channel, 'worker_approval_resolved', a.worker_id, w and w.attempt or 0, cjson.encode({
+    approval_id = a.approval_id, approved = false, status = 'cancelled', reason = reason, decided_by = '' }))
+end
 redis.call('HSET', metaKey, 'status', 'cancelled', 'finished_at', now, 'updated_at', now, 'failure_reason', reason)
 appendEvent(taskId, maxLen, channel, 'task_cancelled', '', 0, cjson.encode({ reason = reason }))
 expireTask(tonumber(ARGV[3]))

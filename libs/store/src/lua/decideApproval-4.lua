@@ -1,0 +1,28 @@
+--[[
+  Records the one decision of a pending approval: approved or denied by an operator, or expired by its timeout.
+  A decided (or cancelled) approval is never decided again.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster   KEYS[4] approvals hash
+  ARGV[1] taskId   ARGV[2] approvalId   ARGV[3] status: approved | denied | expired   ARGV[4] reason
+  ARGV[5] decided_by (a key's name)   ARGV[6] now ms   ARGV[7] max events   ARGV[8] channel
+  Returns { code, record JSON, pending approvals left for the same worker }:
+     1 decided now   -1 no such approval   -2 already decided (the record shows how)
+]]
+--@include task-log
+
+local raw = redis.call('HGET', KEYS[4], ARGV[2])
+if not raw then return { -1 } end
+local a = cjson.decode(raw)
+if a.status ~= 'pending' then return { -2, raw } end
+a.status, a.decision_reason, a.decided_by, a.decided_at = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local encoded = cjson.encode(a)
+redis.call('HSET', KEYS[4], ARGV[2], encoded)
+local w = loadWorker(a.worker_id)
+appendEvent(ARGV[1], ARGV[7], ARGV[8], 'worker_approval_resolved', a.worker_id, w and w.attempt or 0, cjson.encode({
+  approval_id = a.approval_id, approved = (a.status == 'approved'), status = a.status, reason = ARGV[4], decided_by = ARGV[5] }))
+local left = 0
+local all = redis.call('HVALS', KEYS[4])
+for _, r in ipairs(all) do
+  local other = cjson.decode(r)
+  if other.worker_id == a.worker_id and other.status == 'pending' then left = left + 1 end
+end
+return { 1, encoded, left }
