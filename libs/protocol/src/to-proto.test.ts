@@ -52,6 +52,14 @@ const cases: Array<{ event: TeamEvent; variant: TeamEventProto['event'] }> = [
     variant: { $case: 'workerExited', value: { workerId: 'w1', parentTaskId: 't0' } },
   },
   {
+    event: logged('worker_approval_requested', { approval_id: 'a1', tool_name: 'shell', call_id: 'c1', arguments: '{}', reason: 'host tool', timeout_secs: 30 }),
+    variant: { $case: 'workerApprovalRequested', value: { workerId: 'w1', taskId: 'task-1', approvalId: 'a1', toolName: 'shell', reason: 'host tool', timeoutSecs: 30 } },
+  },
+  {
+    event: logged('worker_approval_resolved', { approval_id: 'a1', approved: false, status: 'expired', reason: 'approval timed out', decided_by: '' }),
+    variant: { $case: 'workerApprovalResolved', value: { workerId: 'w1', taskId: 'task-1', approvalId: 'a1', approved: false } },
+  },
+  {
     event: logged('task_completed', { result: 'answer', usage }),
     variant: {
       $case: 'taskStatusChanged',
