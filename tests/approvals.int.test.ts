@@ -145,6 +145,34 @@ describe('tool approvals for team workers', () => {
     expect(done.payload.result).toContain('no maths here');
   });
 
+  it('a worker parks again at a later turn; each call gets its own record and decision', async () => {
+    const api = httpClient(stack.url, KEY_A);
+    const created = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'wsa',
+      goal: 'Multiply twice',
+      team: {
+        workers: [{ role: 'calc', instructions: `Compute. ${CALC} [[scripted:call=calculate({"expression":"5*5"})]]`, tools: ['calculate'] }],
+        approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] },
+      },
+    });
+    const taskId = created.body.task.task_id;
+    const first = await requested(taskId);
+    expect(first.payload.arguments).toBe('{"expression":"6*7"}');
+    await api.post(`/api/approvals/${first.payload.approval_id}/decision`, { approved: true });
+    const second = (await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_approval_requested' && e.seq > first.seq)) as Requested;
+    expect(second.payload.arguments).toBe('{"expression":"5*5"}');
+    expect(second.payload.approval_id).not.toBe(first.payload.approval_id);
+    await api.post(`/api/approvals/${second.payload.approval_id}/decision`, { approved: false, reason: 'one is enough' });
+    const events = await pollUntilTerminal(stack.url, taskId);
+    const calc = events.filter((e) => e.worker_id === 'calc-1');
+    // Three model turns in all, each run once: the parks resumed at their tool calls.
+    expect(calc.filter((e) => e.event_type === 'worker_phase').map((e) => (e.payload as { turn: number }).turn)).toEqual([1, 2, 3]);
+    const done = calc.find((e) => e.event_type === 'worker_completed') as Extract<TeamEvent, { event_type: 'worker_completed' }>;
+    expect(done.payload.result).toContain('one is enough');
+    const all = (await api.get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=wsa&task_id=${taskId}`)).body.approvals;
+    expect(all.map((a) => a.status)).toEqual(['approved', 'denied']);
+  });
+
   it("another workspace's key sees 404 and cannot decide; bad input is a 400", async () => {
     const taskId = await startTask('wsa', KEY_A, { rules: [{ tool: 'calculate', action: 'ask' }] });
     const ask = await requested(taskId);
