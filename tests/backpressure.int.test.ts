@@ -44,13 +44,30 @@ async function liveTask(): Promise<{ taskId: string; workerId: string; lease: st
   return { taskId: task.task_id, workerId, lease };
 }
 
-async function burstThenFinish(t: { taskId: string; workerId: string; lease: string }): Promise<number> {
+/**
+ * Appends the burst, paced by the reading watcher (`readerSeq`): it is never more than half the buffer behind,
+ * so only the watcher that stopped reading can overflow, however slow this machine is.
+ */
+async function burstThenFinish(t: { taskId: string; workerId: string; lease: string }, readerSeq: () => number): Promise<number> {
   for (let i = 0; i < BURST; i++) {
-    await store.appendWorkerEvent(t.taskId, t.workerId, t.lease, 'worker_tool_call', { tool: 'burst', call_id: `c${i}`, arguments: PAYLOAD });
+    const seq = await store.appendWorkerEvent(t.taskId, t.workerId, t.lease, 'worker_tool_call', { tool: 'burst', call_id: `c${i}`, arguments: PAYLOAD });
+    while (seq - readerSeq() > BUFFER / 2) await new Promise((r) => setTimeout(r, 5));
   }
   const usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
   await store.finishWorker(t.taskId, t.workerId, t.lease, { outcome: 'completed', result: 'done', usage }, { status: 'completed', result: 'done', usage });
   return (await store.getTask(t.taskId))!.last_seq;
+}
+
+/** A watcher that reads everything, exposing how far it got. */
+function readingWatch(taskId: string): { lastSeq: () => number; done: Promise<{ seqs: number[]; status: grpc.StatusObject }> } {
+  const seqs: number[] = [];
+  const call = client.watchTeam({ taskId, afterSeq: 0 }, metadata());
+  const done = new Promise<{ seqs: number[]; status: grpc.StatusObject }>((resolve) => {
+    call.on('data', (e: TeamEventProto) => seqs.push(Number(e.seq)));
+    call.on('error', () => undefined); // the status carries the code
+    call.on('status', (status: grpc.StatusObject) => resolve({ seqs, status }));
+  });
+  return { lastSeq: () => seqs.at(-1) ?? 0, done };
 }
 
 function metadata(): grpc.Metadata {
@@ -78,14 +95,14 @@ describe('a watcher that stops reading', () => {
         }
       });
     });
-    const healthy = watchTeam(client, { taskId: task.taskId });
+    const healthy = readingWatch(task.taskId);
 
-    const lastSeq = await burstThenFinish(task);
+    const lastSeq = await burstThenFinish(task, healthy.lastSeq);
 
-    const reader = await healthy;
+    const reader = await healthy.done;
     expect(reader.status.code).toBe(grpc.status.OK);
-    assertContiguous(reader.events.map((e) => Number(e.seq)));
-    expect(Number(reader.events.at(-1)!.seq)).toBe(lastSeq);
+    assertContiguous(reader.seqs);
+    expect(reader.seqs.at(-1)).toBe(lastSeq);
 
     stalled.resume();
     const status = await stalledEnd;
@@ -123,12 +140,12 @@ describe('a watcher that stops reading', () => {
         }
       });
     });
-    const healthy = watchTeam(client, { taskId: task.taskId });
+    const healthy = readingWatch(task.taskId);
 
-    const lastSeq = await burstThenFinish(task);
-    const reader = await healthy;
+    const lastSeq = await burstThenFinish(task, healthy.lastSeq);
+    const reader = await healthy.done;
     expect(reader.status.code).toBe(grpc.status.OK);
-    expect(Number(reader.events.at(-1)!.seq)).toBe(lastSeq);
+    expect(reader.seqs.at(-1)).toBe(lastSeq);
 
     response.resume();
     await ended;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { TEST_API_KEY, httpClient, runsCall } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, pollUntilTerminal, runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 import { launchBrowser, type TestBrowser } from './support/browser.ts';
 
@@ -224,9 +224,26 @@ describe('the board', () => {
     expect((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status).toBe('closed');
   });
 
-  it('keeps a place for approvals and says they are not available until the API exists', async () => {
+  it('lists a pending approval and approves it; the parked worker resumes and the task completes', async () => {
+    const ws = newWorkspace();
+    const res = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: ws,
+      goal: 'Needs a sign-off',
+      team: {
+        workers: [{ role: 'calc', instructions: 'Compute. [[scripted:call=calculate({"expression":"6*7"})]]', tools: ['calculate'] }],
+        approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] },
+      },
+    });
+    expect(res.status).toBe(201);
+    const taskId = res.body.task.task_id;
+    await useWorkspace(ws);
     await page.getByRole('link', { name: 'Approvals' }).click();
-    await page.getByTestId('approvals-unavailable').waitFor();
+    await page.getByRole('button', { name: 'Approve calculate for calc-1' }).click({ timeout: 20_000 });
     await browser.shot('07-approvals');
+    const approvals = await api.get<{ approvals: { status: string; decided_by: string }[] }>(`/api/approvals?workspace_id=${ws}&task_id=${taskId}&status=approved`);
+    expect(approvals.body.approvals).toHaveLength(1);
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    expect(events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => (e.payload as { approved: boolean }).approved)).toEqual([true]);
   });
 });

@@ -60,6 +60,8 @@ export const approvalsApi = {
       throw err;
     }
   },
+  decide: (approvalId, approved) =>
+    call('POST', `/api/approvals/${encodeURIComponent(approvalId)}/decision`, { approved, reason: 'decided on the board' }, taskHeaders()),
 };
 
 export const sessionsApi = {
