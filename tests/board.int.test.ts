@@ -238,8 +238,10 @@ describe('the board', () => {
     const taskId = res.body.task.task_id;
     await useWorkspace(ws);
     await page.getByRole('link', { name: 'Approvals' }).click();
-    await page.getByRole('button', { name: 'Approve calculate for calc-1' }).click({ timeout: 20_000 });
+    const approve = page.getByRole('button', { name: 'Approve calculate for calc-1' });
+    await approve.waitFor({ timeout: 20_000 });
     await browser.shot('07-approvals');
+    await approve.click();
     const approvals = await api.get<{ approvals: { status: string; decided_by: string }[] }>(`/api/approvals?workspace_id=${ws}&task_id=${taskId}&status=approved`);
     expect(approvals.body.approvals).toHaveLength(1);
     const events = await pollUntilTerminal(stack.url, taskId);
