@@ -3,16 +3,24 @@ import type { TeamEvent } from '@cadre/protocol';
 /** A stream entry as ioredis returns it: [id, [field, value, field, value, ...]]. */
 export type StreamEntry = [string, string[]];
 
-/** Fields written by appendEvent in lua/includes/task-log.lua: t type, w worker, a attempt, ts ms, p payload. */
-export function decodeEntry([id, flat]: StreamEntry): TeamEvent {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
+/**
+ * What every log entry carries, whatever its log: seq (the entry id is `<seq>-0`), the append time (field `ts`,
+ * ms), the type (`t`) and the JSON payload (`p`); `fields` holds the rest for the log's own decoder.
+ */
+export function readEntry([id, flat]: StreamEntry): { seq: number; timestamp: string; event_type: string; payload: unknown; fields: Record<string, string> } {
+  const fields: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]!] = flat[i + 1]!;
   return {
     seq: Number(id.slice(0, id.indexOf('-'))),
-    timestamp: new Date(Number(f.ts)).toISOString(),
-    event_type: f.t,
-    worker_id: f.w ? f.w : null,
-    attempt: Number(f.a ?? 0),
-    payload: JSON.parse(f.p ?? '{}'),
-  } as TeamEvent;
+    timestamp: new Date(Number(fields.ts)).toISOString(),
+    event_type: fields.t!,
+    payload: JSON.parse(fields.p ?? '{}'),
+    fields,
+  };
+}
+
+/** A task log entry (lua/includes/task-log.lua): also w worker, a attempt. */
+export function decodeEntry(entry: StreamEntry): TeamEvent {
+  const { fields, ...event } = readEntry(entry);
+  return { ...event, worker_id: fields.w ? fields.w : null, attempt: Number(fields.a ?? 0) } as TeamEvent;
 }

@@ -4,7 +4,7 @@ import type { WatchableLog } from './event-fanout.ts';
 import { checkCursor, runScriptError, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
-import type { StreamEntry } from './event-codec.ts';
+import { readEntry, type StreamEntry } from './event-codec.ts';
 import {
   TERMINAL_RUN_STATUSES,
   type AssignedRun,
@@ -312,10 +312,10 @@ function errorText(payload: unknown, depth = 0): string {
   return 'worker reported an error';
 }
 
-function decodeRunEntry([id, flat]: StreamEntry): RunEvent {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
-  return { seq: Number(id.slice(0, id.indexOf('-'))), timestamp: new Date(Number(f.ts)).toISOString(), event_type: f.t!, source: f.s ?? 'backend', payload: JSON.parse(f.p ?? '{}') };
+/** A run log entry (lua/includes/run-log.lua): also s source. */
+function decodeRunEntry(entry: StreamEntry): RunEvent {
+  const { fields, ...event } = readEntry(entry);
+  return { ...event, source: fields.s ?? 'backend' } as RunEvent;
 }
 
 function toRunRecord(m: Record<string, string>): RunRecord {

@@ -5,7 +5,7 @@ import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
 import { checkCursor, sessionScriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
-import type { StreamEntry } from './event-codec.ts';
+import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
 
 export interface SessionStoreOptions {
@@ -306,16 +306,10 @@ export class SessionStore {
   }
 }
 
-/** Fields written by appendEvent in lua/includes/session-log.lua: t type, ts ms, p payload. */
-export function decodeSessionEntry([id, flat]: StreamEntry): SessionEvent {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
-  return {
-    seq: Number(id.slice(0, id.indexOf('-'))),
-    timestamp: new Date(Number(f.ts)).toISOString(),
-    event_type: f.t,
-    payload: JSON.parse(f.p ?? '{}'),
-  } as SessionEvent;
+/** A session log entry (lua/includes/session-log.lua): type, time and payload only. */
+export function decodeSessionEntry(entry: StreamEntry): SessionEvent {
+  const { fields: _fields, ...event } = readEntry(entry);
+  return event as SessionEvent;
 }
 
 function encodeEvents(events: SessionEventInput[] | undefined): { t: string; p: string }[] {
