@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, runsCall } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // The `cadre` bin as a user runs it: a child process against a real gateway and worker, its output and exit
@@ -51,11 +51,17 @@ const newWorkspace = (): string => `ws-${randomUUID().slice(0, 8)}`;
 
 describe('cadre', () => {
   it('shows its commands in --help and exits 2 on a usage error', async () => {
-    const [help, taskHelp, runHelp, wrong, badLimit] = await Promise.all([
-      cadre(['--help']), cadre(['task', '--help']), cadre(['run', '--help']), cadre(['task', 'fly']), cadre(['task', 'list', '--limit', 'zero']),
+    const [help, taskHelp, runHelp, approvalsHelp, wrong, badLimit, badStatus, noId] = await Promise.all([
+      cadre(['--help']), cadre(['task', '--help']), cadre(['run', '--help']), cadre(['approvals', '--help']), cadre(['task', 'fly']),
+      cadre(['task', 'list', '--limit', 'zero']), cadre(['approvals', 'list', '--status', 'maybe']), cadre(['approvals', 'approve']),
     ]);
     expect(help.code).toBe(0);
-    for (const word of ['status', 'task', 'run', 'Exit codes']) expect(help.stdout).toContain(word);
+    for (const word of ['status', 'task', 'run', 'approvals', 'Exit codes']) expect(help.stdout).toContain(word);
+    for (const sub of ['list', 'approve', 'deny']) expect(approvalsHelp.stdout).toContain(sub);
+    expect(badStatus.code).toBe(2);
+    expect(badStatus.stderr).toMatch(/argument 'maybe' is invalid/);
+    expect(noId.code).toBe(2);
+    expect(noId.stderr).toMatch(/missing required argument 'approval_id'/);
     for (const sub of ['create', 'list', 'get', 'watch', 'cancel']) expect(taskHelp.stdout).toContain(sub);
     for (const sub of ['list', 'get', 'pause', 'resume', 'stop', 'stop-all']) expect(runHelp.stdout).toContain(sub);
     expect(wrong.code).toBe(2);
@@ -143,6 +149,49 @@ describe('cadre', () => {
     expect(done.stdout).toContain('stopped 1 run(s) and cancelled 1 task(s)');
     expect(done.stdout).toContain(`run  ${one}`);
     expect(done.stdout).toContain(`task ${taskId}`);
+  });
+
+  it('lists pending approvals, approves one and denies one with a reason; a second decision exits 1 naming the conflict', async () => {
+    const ws = newWorkspace();
+    const calc = (role: string) => ({ role, instructions: 'Compute. [[scripted:call=calculate({"expression":"6*7"})]]', tools: ['calculate'] });
+    const res = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: ws,
+      goal: 'Two sign-offs',
+      team: { workers: [calc('yes'), calc('no')], approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] } },
+    });
+    const taskId = res.body.task.task_id;
+    for (const worker of ['yes-1', 'no-2']) await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_approval_requested' && e.worker_id === worker, 20_000);
+
+    const table = await cadre(['-w', ws, 'approvals', 'list']);
+    expect(table.code, table.stderr).toBe(0);
+    const rows = table.stdout.trim().split('\n');
+    expect(rows[0]).toMatch(/^APPROVAL\s+STATUS\s+TASK\s+WORKER\s+TOOL\s+ARGUMENTS\s+EXPIRES IN\s+REASON$/);
+    expect(rows.slice(1).map((r) => r.split(/\s+/).slice(1, 5))).toEqual([
+      ['pending', taskId, 'yes-1', 'calculate'],
+      ['pending', taskId, 'no-2', 'calculate'],
+    ]);
+    const listed = JSON.parse((await cadre(['-w', ws, '--json', 'approvals', 'list', '--task', taskId])).stdout) as { approvals: { approval_id: string; worker_id: string }[] };
+    const idOf = (worker: string): string => listed.approvals.find((a) => a.worker_id === worker)!.approval_id;
+
+    const approved = await cadre(['approvals', 'approve', idOf('yes-1')]);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(approved.stdout.trim()).toBe(`${idOf('yes-1')} approved calculate for yes-1`);
+    const denied = await cadre(['--json', 'approvals', 'deny', idOf('no-2'), '--reason', 'not today']);
+    expect(denied.code).toBe(0);
+    expect(JSON.parse(denied.stdout)).toMatchObject({ decided: [{ approval_id: idOf('no-2'), status: 'denied', decision_reason: 'not today' }], failed: [] });
+
+    // Deciding again, or an id nobody knows: each is named on stderr, exit 1; the recorded decision stands.
+    const again = await cadre(['approvals', 'deny', idOf('yes-1'), 'no-such-approval']);
+    expect(again.code).toBe(1);
+    expect(again.stdout).toBe('');
+    expect(again.stderr).toMatch(new RegExp(`^cadre: ${idOf('yes-1')}: .* \\(HTTP 409\\)$`, 'm'));
+    expect(again.stderr).toMatch(/^cadre: no-such-approval: .* \(HTTP 404\)$/m);
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    const resolved = events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => [e.worker_id, (e.payload as { approved: boolean }).approved]);
+    expect(resolved.sort()).toEqual([['no-2', false], ['yes-1', true]]);
+    const empty = await cadre(['-w', ws, 'approvals', 'list']);
+    expect(empty.stdout).toContain(`no pending approvals in ${ws}`);
   });
 
   it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {

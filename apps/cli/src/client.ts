@@ -60,6 +60,12 @@ export class CadreClient {
     cancel: async (id: string, reason: string): Promise<Json> => (await this.call('POST', `/api/tasks/${encodeURIComponent(id)}/cancel`, { reason }, this.taskHeaders())).task,
   };
 
+  approvals = {
+    list: (q: Record<string, string>): Promise<Json> => this.call('GET', `/api/approvals?${new URLSearchParams(q)}`, undefined, this.taskHeaders()),
+    decide: async (id: string, approved: boolean, reason: string | undefined): Promise<Json> =>
+      (await this.call('POST', `/api/approvals/${encodeURIComponent(id)}/decision`, { approved, ...(reason ? { reason } : {}) }, this.taskHeaders())).approval,
+  };
+
   // Older gateways wrap a run as {run}; newer ones answer the run itself, or {run, latest_event} for writes.
   runs = {
     list: async (q: Record<string, string>): Promise<Json[]> => (await this.call('GET', `/api/runs?${new URLSearchParams(q)}`, undefined, this.runsHeaders())).runs ?? [],

@@ -6,6 +6,7 @@ import { ConfigError } from '@cadre/config';
 import { ApiError, CadreClient, MissingKeyError } from './client.ts';
 import { cliConfig } from './config.ts';
 import { EXIT } from './output.ts';
+import { approvalCommands } from './commands/approvals.ts';
 import { runCommands } from './commands/run.ts';
 import { statusCommand } from './commands/status.ts';
 import { taskCommands } from './commands/task.ts';
@@ -24,7 +25,7 @@ let client: CadreClient | undefined;
 const getClient = (): CadreClient => (client ??= new CadreClient(config));
 
 const program = new Command('cadre')
-  .description(`Operate Cadre from a terminal: team tasks, VM runs, stop-all.\n\nGateway and keys come from CADRE_URL, CADRE_API_KEY, CADRE_RUNS_KEY, CADRE_RUNS_CONTROL_KEY, or from what \`npm start\` wrote under .cadre/.\nExit codes: 0 ok (task completed), 1 error, 2 usage, 3 task failed, 4 task cancelled.`)
+  .description(`Operate Cadre from a terminal: team tasks, VM runs, stop-all, tool approvals.\n\nGateway and keys come from CADRE_URL, CADRE_API_KEY, CADRE_RUNS_KEY, CADRE_RUNS_CONTROL_KEY, or from what \`npm start\` wrote under .cadre/.\nExit codes: 0 ok (task completed), 1 error, 2 usage, 3 task failed, 4 task cancelled.`)
   .option('--json', 'JSON output (JSON lines for watch)')
   .option('-w, --workspace <id>', 'workspace (CADRE_WORKSPACE sets the default)', config.workspace)
   .showHelpAfterError()
@@ -33,6 +34,7 @@ const program = new Command('cadre')
 statusCommand(program, getClient);
 taskCommands(program, getClient);
 runCommands(program, getClient);
+approvalCommands(program, getClient);
 program
   .command('rpc')
   .description('oh-my-pi RPC mode: JSON commands on stdin, responses and session events as JSON lines on stdout')
