@@ -22,13 +22,8 @@ export function say(message) {
   status.classList.toggle('shown', Boolean(message));
 }
 
-/** "3s", "4m 05s", "2h 10m" */
-export function duration(ms) {
-  const s = Math.max(0, Math.floor(ms / 1000));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-}
+// Durations are formatted where the CLI finds them too.
+export { duration } from './team.js';
 
 export const short = (id) => (id ? String(id).slice(0, 8) : '—');
 export const orDash = (v) => (v === null || v === undefined || v === '' ? '—' : v);

@@ -16,3 +16,7 @@ export const BOARD_HEADERS: Readonly<Record<string, string>> = {
   'referrer-policy': 'no-referrer',
   'cache-control': 'no-cache',
 };
+
+/** The team model the board draws, for other UIs (the `cadre` CLI): one fold of roster and events, tested once. */
+export { applyEvent, applyRoster, clip, describe, duration, emptyTeam, isTerminal, shownStatus, STALLED_AFTER_MS, tree } from '../public/team.js';
+export type { Agent, Ending, Team, TaskSnapshot, TeamEventLike } from '../public/team.js';

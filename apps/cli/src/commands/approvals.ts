@@ -1,8 +1,7 @@
 import { Option, type Command } from 'commander';
 import { ApiError, type CadreClient, type Json } from '../client.ts';
 import { EXIT, dash, printJson, printTable, statusColour } from '../output.ts';
-import { elapsed } from '../watch/render.ts';
-import { clip } from '../watch/team.ts';
+import { clip, duration } from '@cadre/board';
 
 interface Globals {
   json?: boolean;
@@ -28,7 +27,7 @@ export function approvalCommands(program: Command, client: () => CadreClient): v
       printTable(['APPROVAL', 'STATUS', 'TASK', 'WORKER', 'TOOL', 'ARGUMENTS', 'EXPIRES IN', 'REASON'],
         page.approvals.map((a: Json) => [
           a.approval_id, a.status, a.task_id, a.worker_id, a.tool_name, clip(a.arguments ?? '', 40),
-          a.status === 'pending' ? elapsed(a.expires_at - now) : '—', dash(a.reason),
+          a.status === 'pending' ? duration(a.expires_at - now) : '—', dash(a.reason),
         ]),
         (cell, i) => (i === 1 ? statusColour(cell) : cell));
       if (page.approvals.length === 0) process.stdout.write(`no ${opts.status} approvals in ${g.workspace}\n`);

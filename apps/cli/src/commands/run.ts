@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { CadreClient, Json } from '../client.ts';
 import { EXIT, dash, printJson, printTable, statusColour } from '../output.ts';
-import { clip } from '../watch/team.ts';
+import { clip } from '@cadre/board';
 
 interface Globals {
   json?: boolean;

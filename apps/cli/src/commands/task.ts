@@ -3,8 +3,8 @@ import logUpdate from 'log-update';
 import type { CadreClient, Json } from '../client.ts';
 import { EXIT, dash, printJson, printTable, statusColour } from '../output.ts';
 import { followStream } from '../watch/event-stream.ts';
-import { renderTree, summary } from '../watch/render.ts';
-import { applyEvent, clip, eventLine, isTerminal, newTeam } from '../watch/team.ts';
+import { eventLine, renderTree, summary } from '../watch/render.ts';
+import { applyEvent, applyRoster, clip, emptyTeam, isTerminal } from '@cadre/board';
 
 interface Globals {
   json?: boolean;
@@ -84,13 +84,13 @@ export function taskCommands(program: Command, client: () => CadreClient): void 
 
 /** Watches a task to its terminal event; resolves with the exit code its ending maps to. */
 export async function watchTask(client: CadreClient, taskId: string, afterSeq: number, json: boolean): Promise<number> {
-  const task = await client.tasks.get(taskId);
-  const team = newTeam(task);
+  const team = emptyTeam();
+  applyRoster(team, await client.tasks.get(taskId));
   const live = !json && process.stdout.isTTY === true;
   const ac = new AbortController();
   const stop = (): void => ac.abort();
   process.once('SIGINT', stop);
-  const draw = (): void => logUpdate(renderTree(team, task, Date.now()));
+  const draw = (): void => logUpdate(renderTree(team, Date.now()));
   const ticker = live ? setInterval(draw, 1000) : undefined;
   if (live) draw();
   try {
@@ -115,11 +115,8 @@ export async function watchTask(client: CadreClient, taskId: string, afterSeq: n
     process.off('SIGINT', stop);
     if (live) logUpdate.done();
   }
-  // A finished task read from its end has no events left to fold: take its ending from the task itself.
-  if (!team.ended) {
-    const now = await client.tasks.get(taskId);
-    if (['completed', 'failed', 'cancelled'].includes(now.status)) Object.assign(team, { ended: now.status, result: now.result, usage: now.usage, reason: now.failure_reason });
-  }
+  // A finished task read from its end has no events left to fold: its ending comes from the task itself.
+  if (!team.ended) applyRoster(team, await client.tasks.get(taskId));
   if (!json) process.stdout.write(`${summary(team)}\n`);
   return team.ended === 'completed' ? EXIT.ok : team.ended === 'failed' ? EXIT.taskFailed : team.ended === 'cancelled' ? EXIT.taskCancelled : EXIT.error;
 }

@@ -1,7 +1,7 @@
 import { h, duration, orDash, say } from '../dom.js';
 import { taskHeaders, tasksApi } from '../api.js';
 import { followStream } from '../event-stream.js';
-import { applyEvent, applyRoster, describe, emptyTeam, isTerminal, shownStatus, tree } from '../team.js';
+import { applyEvent, applyRoster, clip, describe, emptyTeam, isTerminal, shownStatus, tree } from '../team.js';
 
 const KEPT_EVENTS = 2000;
 const logKey = (taskId) => `cadre.log.${taskId}`;
@@ -40,7 +40,7 @@ export function taskView(root, taskId) {
   const drawHead = () => {
     const t = team.task;
     if (!t) return;
-    title.textContent = t.goal.length > 120 ? `${t.goal.slice(0, 119)}…` : t.goal;
+    title.textContent = clip(t.goal, 120);
     const status = team.ended ?? t.status;
     statusBadge.className = `badge ${status}`;
     statusBadge.textContent = status;
@@ -80,7 +80,7 @@ export function taskView(root, taskId) {
     const usage = team.usage;
     outcome.replaceChildren(
       h('h2', { id: 'outcome-title' }, `Result (${team.ended})`),
-      team.result ? h('pre', { class: 'result' }, team.result) : h('p', {}, orDash(team.task?.failure_reason)),
+      team.result ? h('pre', { class: 'result' }, team.result) : h('p', {}, orDash(team.reason)),
       usage ? h('p', {}, `Usage: ${usage.total_tokens} tokens (${usage.prompt_tokens} prompt, ${usage.completion_tokens} completion)`) : null,
     );
   };
