@@ -46,7 +46,7 @@ beforeAll(async () => {
     HOST: '127.0.0.1',
   });
   const logger = pino({ level: 'trace' }, { write: (line: string) => void logLines.push(line) });
-  loggedGateway = await startGateway({ ...config, redisUrl: stack.redis.url }, logger);
+  loggedGateway = await startGateway({ ...config, redis: stack.redis.target }, logger);
   urls = { bound: stack.url, allAndBound: urlOf(allAndBound), noKeys: urlOf(noKeys), devMode: urlOf(devMode), logged: urlOf(loggedGateway) };
 });
 afterAll(async () => {

@@ -13,7 +13,7 @@ const LEVELS = 'expected one of fatal, error, warn, info, debug, trace, silent, 
 function cleanEnv(extra: Record<string, string>): Record<string, string | undefined> {
   const env: Record<string, string | undefined> = { ...process.env };
   for (const name of Object.keys(env)) {
-    if (/^(REDIS_URL|OPENAI_|CADRE_|RUNS_|WINDIE_|VM_AGENT|WORKER|PORT$|HOST$|LOG_LEVEL$|OTEL_)/.test(name)) delete env[name];
+    if (/^(REDIS_|OPENAI_|CADRE_|RUNS_|WINDIE_|VM_AGENT|WORKER|PORT$|HOST$|LOG_LEVEL$|OTEL_)/.test(name)) delete env[name];
   }
   return { ...env, ...extra };
 }
@@ -65,6 +65,18 @@ describe('bad configuration: one clear line per problem, exit 1', () => {
     expectRefused(worker!, [`worker: LOG_LEVEL: ${LEVELS}`]);
     expectRefused(vmAgent!, [`vm-agent: LOG_LEVEL: ${LEVELS}`]);
     expectRefused(stack!, [`npm start: LOG_LEVEL: ${LEVELS}`]);
+  });
+
+  it('Redis: exactly one of REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS, each well formed', async () => {
+    const [both, badNodes, noName] = await Promise.all([
+      run(GATEWAY, { REDIS_URL: redis.url, REDIS_CLUSTER_NODES: '127.0.0.1:7000' }),
+      run(WORKER, { REDIS_CLUSTER_NODES: '127.0.0.1:7000,redis-1', OPENAI_BASE_URL: 'http://127.0.0.1:1/v1', OPENAI_API_KEY: 'x' }),
+      run(GATEWAY, { REDIS_SENTINELS: 'sentinel-0:26379', REDIS_PASSWORD: 'hunter2' }),
+    ]);
+    expectRefused(both!, ['gateway: REDIS_URL: set only one of REDIS_URL (one node), REDIS_CLUSTER_NODES (a cluster) or REDIS_SENTINELS (Sentinel); found REDIS_URL and REDIS_CLUSTER_NODES']);
+    expectRefused(badNodes!, ['worker: REDIS_CLUSTER_NODES: expected host:port entries separated by commas, got "redis-1"']);
+    expectRefused(noName!, ['gateway: REDIS_SENTINELS: REDIS_SENTINEL_NAME is required with REDIS_SENTINELS: the name of the master the sentinels watch (e.g. mymaster)']);
+    expect(noName!.stderr).not.toContain('hunter2');
   });
 
   it('bad and missing values: every problem at once, each naming its variable', async () => {

@@ -65,14 +65,14 @@ export class TestStack {
 
   async addGateway(env: Record<string, string> = {}): Promise<Gateway> {
     const config = gatewayConfig({ ...this.env, ...env });
-    const gateway = await startGateway({ ...config, redisUrl: this.redis.url }, silent);
+    const gateway = await startGateway({ ...config, redis: this.redis.target }, silent);
     this.gateways.push(gateway);
     return gateway;
   }
 
   async addWorkerPool(env: Record<string, string> = {}): Promise<WorkerPool> {
     const config = workerConfig({ ...this.env, ...env });
-    const pool = await startWorkerPool({ ...config, redisUrl: this.redis.url, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, silent);
+    const pool = await startWorkerPool({ ...config, redis: this.redis.target, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, silent);
     this.pools.push(pool);
     return pool;
   }

@@ -1,11 +1,11 @@
-import { bool, int, logLevel, positiveIntOr, readConfig, str, url, workspaceKeys, type Env } from '@cadre/config';
+import { bool, int, logLevel, positiveIntOr, readConfig, redisTarget, str, workspaceKeys, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the gateway; parsed once at start-up. */
 export function gatewayConfig(env: Env) {
   return readConfig(env, {
     port: int('PORT', 8080, { min: 0, max: 65535 }),
     host: str('HOST', '0.0.0.0'),
-    redisUrl: url('REDIS_URL'),
+    redis: redisTarget(),
     apiKey: str('CADRE_API_KEY'),
     workspaceKeys: workspaceKeys('CADRE_API_KEYS'),
     devMode: bool('CADRE_DEV_MODE', false),

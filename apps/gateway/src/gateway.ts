@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import { Counter, Gauge, Histogram } from 'prom-client';
 import { bullmqTelemetry, createMetricsRegistry, scrubError, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
@@ -16,6 +15,7 @@ import { RunService } from './runs/run-service.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
+import type { RedisTarget } from '@cadre/config';
 import type { GatewayConfig } from './config.ts';
 
 export interface Gateway {
@@ -28,11 +28,11 @@ export interface Gateway {
  * Wires a gateway from its config and starts it on one port (REST + gRPC). Used by main.ts and by tests,
  * which run several gateways against one Redis.
  */
-export async function startGateway(config: GatewayConfig & { redisUrl: string }, logger: Logger): Promise<Gateway> {
+export async function startGateway(config: GatewayConfig & { redis: RedisTarget }, logger: Logger): Promise<Gateway> {
   const keys = new KeyBuilder(config.keyPrefix);
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
-  const redis: Redis = connectRedis(config.redisUrl, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
-  const bullConnection: Redis = connectRedis(config.redisUrl, 'cadre-gateway-queue', { onError: onRedisError });
+  const redis = connectRedis(config.redis, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
+  const bullConnection = connectRedis(config.redis, 'cadre-gateway-queue', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
@@ -41,7 +41,7 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to a live watcher (gRPC or SSE)', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
   const fanout = new EventFanout({
     keys,
-    subscriber: connectRedis(config.redisUrl, 'cadre-gateway-sub', { onError: onRedisError }),
+    subscriber: connectRedis(config.redis, 'cadre-gateway-sub', { shardedSubscriber: true, onError: onRedisError }),
     watcherBufferLimit: config.watcherBufferLimit,
     logger,
     onLiveDelivery: (event) => {
@@ -79,7 +79,8 @@ export async function startGateway(config: GatewayConfig & { redisUrl: string },
   const sessionStreams = new Gauge({ name: 'cadre_session_streams', help: 'Open StreamSession calls', registers: [metrics] });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
-  new Counter({ name: 'cadre_events_appended_total', help: 'Events appended to any task or run log (heard on the appended channel since start)', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
+  new Counter({ name: 'cadre_fanout_notifications_total', help: 'Append notifications heard on the shard channels of the logs this gateway watches', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
+  new Gauge({ name: 'cadre_fanout_channels', help: 'Shard channels this gateway is subscribed to (one per watched task or session, one per workspace with watched runs)', registers: [metrics], collect() { this.set(fanout.subscribedChannels()); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
   new Gauge({
     name: 'cadre_tasks_reached_status', help: 'Tasks that have reached each status since the store began (cluster-wide; queued counts every task created)', labelNames: ['status'], registers: [metrics],

@@ -1,5 +1,5 @@
 import { tracing } from './tracing.ts';
-import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
+import { configOrExit, exitForConfig, listenProblem, REDIS_REQUIRED } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
 import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
@@ -9,15 +9,16 @@ import { startGateway } from './gateway.ts';
 // Composition root: config → logger → gateway (REST + gRPC on one port) → graceful close on a signal.
 // Bad configuration (a variable, a port in use) ends the process with one line naming the variable, no stack trace.
 const config = configOrExit('gateway', () => gatewayConfig(process.env));
-if (!config.redisUrl) exitForConfig('gateway', ['REDIS_URL: required: the Redis to use, e.g. redis://127.0.0.1:6379 (npm start sets up a private redis-server)']);
+if (!config.redis) exitForConfig('gateway', [`REDIS_URL: required: ${REDIS_REQUIRED} (npm start sets up a private redis-server)`]);
+const redis = config.redis;
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password is a configuration problem: one line naming REDIS_URL (never its password).
-await checkRedisCredentials(config.redisUrl).catch((err: unknown) => {
-  if (err instanceof RedisAuthError) exitForConfig('gateway', [`REDIS_URL: ${err.message}`]);
+// A Redis that refuses the password is a configuration problem: one line naming the variable (never the password).
+await checkRedisCredentials(redis).catch((err: unknown) => {
+  if (err instanceof RedisAuthError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
   throw err;
 });
-const gateway = await startGateway({ ...config, redisUrl: config.redisUrl }, logger).catch((err: unknown) => {
+const gateway = await startGateway({ ...config, redis }, logger).catch((err: unknown) => {
   const problem = listenProblem(err, { port: config.port, host: config.host });
   if (problem) exitForConfig('gateway', [problem]);
   // Not rethrown: Node would print the error object, with whatever arguments a library attached to it.

@@ -1,5 +1,4 @@
-import type { Redis } from 'ioredis';
-import type { KeyBuilder } from '@cadre/store';
+import type { KeyBuilder, RedisClient } from '@cadre/store';
 
 /** Why a running agent loop was aborted; decides what (if anything) the processor records. */
 export type AbortCause = 'cancelled' | 'shutdown' | 'lease_lost';
@@ -31,7 +30,7 @@ export class CancelRegistry {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
-  async listen(opts: { subscriber: Redis; redis: Redis; keys: KeyBuilder; checkEveryMs?: number }): Promise<void> {
+  async listen(opts: { subscriber: RedisClient; redis: RedisClient; keys: KeyBuilder; checkEveryMs?: number }): Promise<void> {
     const { subscriber, redis, keys } = opts;
     subscriber.on('message', (_channel: string, message: string) => {
       // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-6.lua), not a cancel.
@@ -54,16 +53,15 @@ export class CancelRegistry {
     clearTimeout(this.timer);
   }
 
-  /** One pipelined read for every task or session with a running loop here; aborts the loops whose owner ended. */
-  private async checkStatuses(redis: Redis, keys: KeyBuilder): Promise<void> {
+  /** One read for every task or session with a running loop here, sent together; aborts the loops whose owner ended. */
+  private async checkStatuses(redis: RedisClient, keys: KeyBuilder): Promise<void> {
     const ids = [...this.running.keys()];
     if (ids.length === 0) return;
     const checks = ids.map((id) => this.checks.get(id) ?? taskCheck(keys, id));
-    const pipeline = redis.pipeline();
-    for (const check of checks) pipeline.hget(check.key, check.field);
-    const replies = (await pipeline.exec().catch(() => null)) ?? [];
-    replies.forEach(([err, value], i) => {
-      if (!err && checks[i]!.ended(value as string | null)) this.abortTask(ids[i]!, 'cancelled');
+    // One slot per task: the reads go out together rather than as one pipeline (a Cluster refuses one across nodes).
+    const values = await Promise.all(checks.map((check) => redis.hget(check.key, check.field).catch(() => undefined)));
+    values.forEach((value, i) => {
+      if (value !== undefined && checks[i]!.ended(value)) this.abortTask(ids[i]!, 'cancelled');
     });
   }
 

@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
-import { bool, int, logLevel, readConfig, str, url, type Env } from '@cadre/config';
+import { bool, int, logLevel, readConfig, redisTarget, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the worker pool; parsed once at start-up. */
 export function workerConfig(env: Env) {
   return readConfig(env, {
-    redisUrl: url('REDIS_URL'),
+    redis: redisTarget(),
     openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),

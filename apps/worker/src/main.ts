@@ -1,5 +1,5 @@
 import { tracing } from './tracing.ts';
-import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
+import { configOrExit, exitForConfig, listenProblem, REDIS_REQUIRED } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
 import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
@@ -10,7 +10,7 @@ import { startWorkerPool } from './worker-pool.ts';
 // Bad configuration (a variable, a port in use) ends the process with one line naming the variable, no stack trace.
 const config = configOrExit('worker', () => workerConfig(process.env));
 const required = {
-  REDIS_URL: [config.redisUrl, 'the Redis to use, e.g. redis://127.0.0.1:6379'],
+  REDIS_URL: [config.redis, REDIS_REQUIRED],
   OPENAI_BASE_URL: [config.openaiBaseUrl, 'the model server, e.g. http://127.0.0.1:8081/v1'],
   OPENAI_API_KEY: [config.openaiApiKey, "the model server's key (any value for one that checks none)"],
 } as const;
@@ -18,13 +18,13 @@ const missing = Object.entries(required).filter(([, [value]]) => !value);
 if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) => `${name}: required: ${what} (npm start sets it up for you)`));
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password is a configuration problem: one line naming REDIS_URL (never its password).
-await checkRedisCredentials(config.redisUrl!).catch((err: unknown) => {
-  if (err instanceof RedisAuthError) exitForConfig('worker', [`REDIS_URL: ${err.message}`]);
+// A Redis that refuses the password is a configuration problem: one line naming the variable (never the password).
+await checkRedisCredentials(config.redis!).catch((err: unknown) => {
+  if (err instanceof RedisAuthError) exitForConfig('worker', [`${err.variable}: ${err.message}`]);
   throw err;
 });
 const pool = await startWorkerPool(
-  { ...config, redisUrl: config.redisUrl!, openaiBaseUrl: config.openaiBaseUrl!, openaiApiKey: config.openaiApiKey! },
+  { ...config, redis: config.redis!, openaiBaseUrl: config.openaiBaseUrl!, openaiApiKey: config.openaiApiKey! },
   logger,
 ).catch((err: unknown) => {
   const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'WORKER_METRICS_PORT', hostVariable: 'WORKER_METRICS_HOST' });

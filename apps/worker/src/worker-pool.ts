@@ -7,6 +7,7 @@ import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, Appr
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
+import type { RedisTarget } from '@cadre/config';
 import type { WorkerConfig } from './config.ts';
 
 export interface WorkerPool {
@@ -15,14 +16,14 @@ export interface WorkerPool {
   close(graceMs?: number): Promise<void>;
 }
 
-type PoolConfig = WorkerConfig & { redisUrl: string; openaiBaseUrl: string; openaiApiKey: string };
+type PoolConfig = WorkerConfig & { redis: RedisTarget; openaiBaseUrl: string; openaiApiKey: string };
 
 /** A BullMQ worker running agent jobs, plus the cancel listener and metrics endpoint around it. */
 export async function startWorkerPool(config: PoolConfig, logger: Logger): Promise<WorkerPool> {
   const keys = new KeyBuilder(config.keyPrefix);
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
-  const redis = connectRedis(config.redisUrl, 'cadre-worker', { onError: onRedisError });
-  const subscriber = connectRedis(config.redisUrl, 'cadre-worker-cancel', { onError: onRedisError });
+  const redis = connectRedis(config.redis, 'cadre-worker', { onError: onRedisError });
+  const subscriber = connectRedis(config.redis, 'cadre-worker-cancel', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });

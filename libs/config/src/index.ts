@@ -15,7 +15,8 @@ export class ConfigError extends Error {
 /** A field reads the first of its names that is set; `parse` returns the value or throws a message. */
 export interface Field<T> {
   names: readonly string[];
-  parse(raw: string | undefined, name: string): T;
+  /** `env` is there for the few fields that weigh several variables together (see redisTarget). */
+  parse(raw: string | undefined, name: string, env: Env): T;
 }
 
 export function readConfig<S extends Record<string, Field<unknown>>>(
@@ -28,7 +29,7 @@ export function readConfig<S extends Record<string, Field<unknown>>>(
     const name = field.names.find((n) => env[n] !== undefined && env[n] !== '') ?? field.names[0]!;
     const raw = env[name] === '' ? undefined : env[name];
     try {
-      out[key] = field.parse(raw, name);
+      out[key] = field.parse(raw, name, env);
     } catch (err) {
       problems.push(`${name}: ${(err as Error).message}`);
     }
@@ -136,6 +137,79 @@ export function positiveIntOr(names: Names, fallback: number): Field<number> {
       return raw !== undefined && Number.isInteger(value) && value > 0 ? value : fallback;
     },
   };
+}
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+/** Where Cadre's Redis is: one node, a Redis Cluster, or a master found through Sentinel. */
+export type RedisTarget =
+  | { mode: 'single'; url: string }
+  | { mode: 'cluster'; nodes: HostPort[]; username?: string; password?: string; tls: boolean }
+  | { mode: 'sentinel'; sentinels: HostPort[]; name: string; username?: string; password?: string; sentinelPassword?: string; tls: boolean; db: number };
+
+/** What a process without any Redis variable is told (after `REDIS_URL: required: `). */
+export const REDIS_REQUIRED = 'the Redis to use, e.g. redis://127.0.0.1:6379 (or REDIS_CLUSTER_NODES for a Redis Cluster, REDIS_SENTINELS with REDIS_SENTINEL_NAME for Sentinel)';
+
+const REDIS_MODES = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const;
+
+/** `host:port,host:port` (IPv6 as `[::1]:7000`); throws naming what is wrong, never echoing more than a host. */
+function hostPortList(raw: string): HostPort[] {
+  const out: HostPort[] = [];
+  for (const item of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const match = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(item);
+    const port = Number(match?.[2]);
+    if (!match || port < 1 || port > 65535) throw new Error(`expected host:port entries separated by commas, got "${item.slice(0, 80)}"`);
+    out.push({ host: match[1]!.replace(/^\[|\]$/g, ''), port });
+  }
+  if (out.length === 0) throw new Error('expected at least one host:port');
+  return out;
+}
+
+/**
+ * The Redis to use, from exactly one of: REDIS_URL (one node, credentials in the URL), REDIS_CLUSTER_NODES (seed
+ * nodes of a Redis Cluster), REDIS_SENTINELS with REDIS_SENTINEL_NAME (the master a Sentinel group names). Cluster
+ * and Sentinel read REDIS_USERNAME / REDIS_PASSWORD (and REDIS_SENTINEL_PASSWORD, REDIS_DB), and REDIS_TLS.
+ * undefined when none is set (the app decides whether that is an error).
+ */
+export function redisTarget(): Field<RedisTarget | undefined> {
+  return {
+    names: REDIS_MODES,
+    parse(raw, name, env) {
+      const set = REDIS_MODES.filter((n) => env[n] !== undefined && env[n] !== '');
+      if (set.length > 1) throw new Error(`set only one of REDIS_URL (one node), REDIS_CLUSTER_NODES (a cluster) or REDIS_SENTINELS (Sentinel); found ${set.join(' and ')}`);
+      if (raw === undefined) return undefined;
+      if (name === 'REDIS_URL') return { mode: 'single', url: url('REDIS_URL').parse(raw, name, env)! };
+      const credentials = {
+        ...(env.REDIS_USERNAME ? { username: env.REDIS_USERNAME } : {}),
+        ...(env.REDIS_PASSWORD ? { password: env.REDIS_PASSWORD } : {}),
+      };
+      const tls = bool('REDIS_TLS', false).parse(env.REDIS_TLS || undefined, 'REDIS_TLS', env);
+      if (name === 'REDIS_CLUSTER_NODES') return { mode: 'cluster', nodes: hostPortList(raw), ...credentials, tls };
+      const masterName = env.REDIS_SENTINEL_NAME;
+      if (!masterName) throw new Error('REDIS_SENTINEL_NAME is required with REDIS_SENTINELS: the name of the master the sentinels watch (e.g. mymaster)');
+      const db = int('REDIS_DB', 0, { min: 0, max: 15 }).parse(env.REDIS_DB || undefined, 'REDIS_DB', env);
+      return {
+        mode: 'sentinel', sentinels: hostPortList(raw), name: masterName, ...credentials, tls, db,
+        ...(env.REDIS_SENTINEL_PASSWORD ? { sentinelPassword: env.REDIS_SENTINEL_PASSWORD } : {}),
+      };
+    },
+  };
+}
+
+/** Where a RedisTarget points, as it may be shown (logs, banners): never a password. */
+export function describeRedisTarget(target: RedisTarget): string {
+  const list = (nodes: HostPort[]): string => nodes.map((n) => `${n.host.includes(':') ? `[${n.host}]` : n.host}:${n.port}`).join(',');
+  switch (target.mode) {
+    case 'single':
+      return redactUrl(target.url);
+    case 'cluster':
+      return `cluster ${list(target.nodes)}${target.tls ? ' (tls)' : ''}`;
+    case 'sentinel':
+      return `sentinel master "${target.name}" via ${list(target.sentinels)}${target.tls ? ' (tls)' : ''}`;
+  }
 }
 
 /** A URL as it may be shown (logs, banners): any password replaced. */

@@ -1,6 +1,5 @@
 import { Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { AGENT_QUEUE, type KeyBuilder } from '@cadre/store';
+import { AGENT_QUEUE, type KeyBuilder, type RedisClient } from '@cadre/store';
 
 /** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
 export const SESSION_TURN_JOB = 'session-turn';
@@ -37,7 +36,7 @@ export class SessionQueue {
    * `telemetry`: BullMQ's tracing hook, as the team queue's (a turn's job continues its enqueuer's trace).
    * `onError` hears the queue's connection errors (without a listener BullMQ prints them, AUTH arguments included).
    */
-  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
+  constructor(opts: { connection: RedisClient; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
     this.queue = new Queue<SessionJobData>(AGENT_QUEUE, {
       connection: opts.connection as unknown as ConnectionOptions, prefix: opts.keys.bullPrefix(), ...(opts.telemetry && { telemetry: opts.telemetry }),
     });

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import type { ApprovalStatus } from '@cadre/protocol';
 import { KeyBuilder } from './keys.ts';
 import { scriptError, StoreError } from './errors.ts';
@@ -76,12 +76,12 @@ export function taskOfApproval(approvalId: string): string | null {
 /** Approval records, parked workers and workspace policies; every write is one Lua script. */
 export class ApprovalStore {
   readonly keys: KeyBuilder;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly scripts: StoreScripts;
   private readonly maxEvents: number;
   private readonly retentionSec: number;
 
-  constructor(opts: { redis: Redis; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number }) {
+  constructor(opts: { redis: RedisClient; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number }) {
     this.redis = opts.redis;
     this.keys = opts.keys ?? new KeyBuilder();
     this.scripts = scriptsOf(opts.redis);
@@ -104,7 +104,7 @@ export class ApprovalStore {
     const a = this.keys.taskApprovals(taskId);
     const seq = await this.scripts.parkWorker(
       t.meta, t.events, t.roster, a.approvals, a.parked, taskId, workerId, lease, JSON.stringify(state), JSON.stringify(approvals),
-      this.maxEvents, this.keys.appendedChannel(), this.retentionSec,
+      this.maxEvents, this.keys.taskAppended(taskId), this.retentionSec,
     );
     if (seq < 0) throw scriptError(seq, `park ${workerId}`);
   }
@@ -142,7 +142,7 @@ export class ApprovalStore {
     const t = this.keys.task(taskId);
     const [code, raw, left] = await this.scripts.decideApproval(
       t.meta, t.events, t.roster, this.keys.taskApprovals(taskId).approvals, taskId, approvalId, status, reason, decidedBy, Date.now(),
-      this.maxEvents, this.keys.appendedChannel(),
+      this.maxEvents, this.keys.taskAppended(taskId),
     );
     if (code === -1) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
     if (code === -2) throw new StoreError('approval_decided', `approval ${approvalId} is already ${(JSON.parse(raw!) as ApprovalRecord).status}`);

@@ -1,39 +1,105 @@
-import { Redis } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import type { RedisTarget } from '@cadre/config';
 
 /**
- * A connection for Cadre's own commands. `maxRetriesPerRequest: null` is what BullMQ requires of the
- * connections it is given, and suits a long-lived service: commands wait out a reconnect rather than fail.
- * `autoPipelining` batches the commands issued in one event-loop tick into one socket write: on a busy gateway
- * (heartbeats, appends, reads) that saves a syscall per command. Not for connections handed to BullMQ.
+ * A connection to Cadre's Redis, whichever kind the configuration names: one node (or a Sentinel-found master) is
+ * a `Redis`, a Redis Cluster a `Cluster`. Both take the same commands; what differs is that on a Cluster a MULTI or
+ * pipeline must stay in one slot, which the stores guarantee (see keys.ts).
  */
-export function connectRedis(url: string, name: string, opts: { autoPipelining?: boolean; onError?: (err: Error) => void } = {}): Redis {
-  const redis = new Redis(url, { maxRetriesPerRequest: null, connectionName: name, enableAutoPipelining: opts.autoPipelining ?? false });
+export type RedisClient = Redis | Cluster;
+
+export interface ConnectOptions {
+  /**
+   * `autoPipelining` batches the commands issued in one event-loop tick into one socket write (per node on a
+   * Cluster): on a busy gateway (heartbeats, appends, reads) that saves a syscall per command. Not for connections
+   * handed to BullMQ.
+   */
+  autoPipelining?: boolean;
+  /** A connection that will SSUBSCRIBE: on a Cluster it then keeps one subscriber connection per master. */
+  shardedSubscriber?: boolean;
+  onError?: (err: Error) => void;
+}
+
+/**
+ * The one way every process connects to Redis. `maxRetriesPerRequest: null` is what BullMQ requires of the
+ * connections it is given, and suits a long-lived service: commands wait out a reconnect (or a failover) rather
+ * than fail. A plain URL string is read as REDIS_URL would be.
+ */
+export function connectRedis(target: RedisTarget | string, name: string, opts: ConnectOptions = {}): RedisClient {
+  const client = open(typeof target === 'string' ? { mode: 'single', url: target } : target, name, opts, false);
   // ioredis reconnects by itself; without a listener a refused reconnect would be an unhandled 'error' event.
-  redis.on('error', opts.onError ?? (() => undefined));
-  return redis;
+  client.on('error', opts.onError ?? (() => undefined));
+  return client;
+}
+
+function open(target: RedisTarget, name: string, opts: ConnectOptions, lazyConnect: boolean): RedisClient {
+  const common: RedisOptions = { maxRetriesPerRequest: null, connectionName: name, lazyConnect };
+  switch (target.mode) {
+    case 'single':
+      return new Redis(target.url, { ...common, enableAutoPipelining: opts.autoPipelining ?? false });
+    case 'sentinel':
+      return new Redis({
+        ...common,
+        sentinels: target.sentinels,
+        name: target.name,
+        db: target.db,
+        enableAutoPipelining: opts.autoPipelining ?? false,
+        ...credentials(target),
+        ...(target.sentinelPassword ? { sentinelPassword: target.sentinelPassword } : {}),
+        ...(target.tls ? { tls: {}, enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+      });
+    case 'cluster': {
+      const options: ClusterOptions = {
+        lazyConnect,
+        enableAutoPipelining: opts.autoPipelining ?? false,
+        shardedSubscribers: opts.shardedSubscriber ?? false,
+        redisOptions: { maxRetriesPerRequest: null, connectionName: name, ...credentials(target), ...(target.tls ? { tls: {} } : {}) },
+        // A master that died: retry on the new topology rather than fail the command (the replica takes over).
+        retryDelayOnFailover: 200,
+        retryDelayOnClusterDown: 200,
+        // Managed clusters announce their nodes by address behind TLS names: keep the name the seed was given.
+        ...(target.tls ? { dnsLookup: (address: string, callback: (err: null, address: string) => void) => callback(null, address) } : {}),
+      };
+      return new Cluster(target.nodes, options);
+    }
+  }
+}
+
+function credentials(target: { username?: string; password?: string }): Pick<RedisOptions, 'username' | 'password'> {
+  return { ...(target.username ? { username: target.username } : {}), ...(target.password ? { password: target.password } : {}) };
+}
+
+/** The variable an operator fixes when Redis refuses the credentials. */
+function credentialsVariable(target: RedisTarget): string {
+  return target.mode === 'single' ? 'REDIS_URL' : 'REDIS_PASSWORD';
 }
 
 /** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */
 export class RedisAuthError extends Error {
-  constructor(reply: string) {
-    super(`Redis refused the credentials in REDIS_URL (${reply}); check the password (it is not shown here)`);
+  readonly variable: string;
+  constructor(reply: string, variable = 'REDIS_URL') {
+    super(`Redis refused the credentials in ${variable} (${reply}); check the password (it is not shown here)`);
     this.name = 'RedisAuthError';
+    this.variable = variable;
   }
 }
 
 const AUTH_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)|invalid password|AUTH.*(failed|without any password)/i;
 
 /**
- * Waits until Redis at `url` accepts a connection with its credentials. A refused password rejects at once with
- * a RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an unreachable Redis is
- * waited for, as a service started before its Redis should.
+ * Waits until Redis accepts a connection with its credentials. A refused password rejects at once with a
+ * RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an unreachable Redis is
+ * waited for, as a service started before its Redis should. A Cluster is probed through its first seed node.
  */
-export async function checkRedisCredentials(url: string): Promise<void> {
-  const probe = new Redis(url, { maxRetriesPerRequest: null, lazyConnect: true, connectionName: 'cadre-preflight' });
+export async function checkRedisCredentials(target: RedisTarget | string): Promise<void> {
+  const resolved: RedisTarget = typeof target === 'string' ? { mode: 'single', url: target } : target;
+  const probe = resolved.mode === 'cluster'
+    ? new Redis({ ...resolved.nodes[0]!, maxRetriesPerRequest: null, lazyConnect: true, connectionName: 'cadre-preflight', ...credentials(resolved), ...(resolved.tls ? { tls: {} } : {}) })
+    : open(resolved, 'cadre-preflight', {}, true);
   try {
     await new Promise<void>((resolve, reject) => {
       probe.on('error', (err: Error) => {
-        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(err.message.split(/\s/)[0]!));
+        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(err.message.split(/\s/)[0]!, credentialsVariable(resolved)));
       });
       probe.once('ready', () => resolve());
       probe.connect().catch(() => undefined);

@@ -44,6 +44,26 @@ async function collect(watcher: LogWatcher<TeamEvent>, count: number): Promise<n
 }
 
 describe('EventFanout', () => {
+  it('hears only the logs it watches: one shard channel per watched log, left when its last watcher goes', async () => {
+    const watchedId = await liveTask();
+    const otherId = await liveTask();
+    expect(fanout.subscribedChannels()).toBe(0);
+    const heardBefore = fanout.appendsSeen;
+    const watcher = await fanout.watch(store.taskLog(watchedId), 2);
+    expect(fanout.subscribedChannels()).toBe(1);
+    const received = collect(watcher, 4);
+    for (let turn = 1; turn <= 5; turn++) await phase(otherId, turn);
+    for (let turn = 1; turn <= 3; turn++) await phase(watchedId, turn);
+    while (fanout.appendsSeen - heardBefore < 3) await new Promise((r) => setTimeout(r, 5));
+    await phase(watchedId, 4);
+    expect(await received).toEqual([3, 4, 5, 6]);
+    while (fanout.appendsSeen - heardBefore < 4) await new Promise((r) => setTimeout(r, 5));
+    // The four appends of the watched task, none of the five of the other one.
+    expect(fanout.appendsSeen - heardBefore).toBe(4);
+    expect(fanout.subscribedChannels()).toBe(0);
+    expect(await redis.call('PUBSUB', 'SHARDNUMSUB', store.keys.taskAppended(watchedId))).toEqual([store.keys.taskAppended(watchedId), 0]);
+  });
+
   it('shares one tail among watchers: Redis reads follow appends, not watchers', async () => {
     const taskId = await liveTask();
     const watchers = await Promise.all(Array.from({ length: 20 }, () => fanout.watch(store.taskLog(taskId), 0)));

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import type { KeyBuilder } from './keys.ts';
 
 /** Any event with a seq: team events of a task, run events of a run. */
@@ -10,8 +10,10 @@ export interface LoggedEvent {
 
 /** One event log as the fan-out sees it (a task's or a run's); built by the store that owns it. */
 export interface WatchableLog<E extends LoggedEvent> {
-  /** The id appends publish (`<id> <seq>`) on the appended channel. */
+  /** The id appends publish (`<id> <seq>`) on the log's channel. */
   id: string;
+  /** The shard channel its appends are announced on (SPUBLISH, in the log's slot); several logs may share one. */
+  channel: string;
   /** Events with seq > afterSeq, at most `limit`; null when the log is gone; throws cursor_expired. */
   read(afterSeq: number, limit: number): Promise<E[] | null>;
   /** The tail's read of entries it was just told about: no existence or retention checks, one command. */
@@ -25,16 +27,18 @@ export interface WatchableLog<E extends LoggedEvent> {
 /**
  * Shares one Redis tail per log among every watcher in this process (DESIGN invariant 3).
  *
- * Appends PUBLISH `<logId> <seq>` on the appended channel; one subscriber connection per process hears it and
- * wakes the log's tail, which reads the new entries once (XRANGE from its cursor) and pushes them to all of its
- * watchers. So steady-state Redis reads grow with the number of watched logs, not with watchers. A watcher that
- * starts behind the tail, or falls behind it, catches up from the log itself: the log is the truth, pushes only
- * save reads.
+ * Appends SPUBLISH `<logId> <seq>` on the log's shard channel (Redis 7 sharded pub/sub: the channel lives in the
+ * log's slot). This process SSUBSCRIBEs to a channel only while it watches a log announced there, so what it hears
+ * grows with what it watches, not with all traffic; on a Cluster each notification comes from the one node that
+ * holds the log. A notification wakes the log's tail, which reads the new entries once (XRANGE from its cursor)
+ * and pushes them to all of its watchers. So steady-state Redis reads grow with the number of watched logs, not
+ * with watchers. A watcher that starts behind the tail, or falls behind it, catches up from the log itself: the
+ * log is the truth, pushes only save reads.
  */
 export interface FanoutOptions {
   keys: KeyBuilder;
-  /** A dedicated connection: it is put in subscriber mode. */
-  subscriber: Redis;
+  /** A dedicated connection: it is put in subscriber mode (on a Cluster: opened with `shardedSubscriber`). */
+  subscriber: RedisClient;
   /** Events a caught-up watcher may hold undelivered before it is closed as too slow. */
   watcherBufferLimit?: number;
   /** A tail re-reads this often even without a notification, in case one was lost (e.g. on reconnect). */
@@ -69,7 +73,7 @@ export class WatchClosedError extends Error {
 
 export class EventFanout {
   private readonly keys: KeyBuilder;
-  private readonly subscriber: Redis;
+  private readonly subscriber: RedisClient;
   private readonly tails = new Map<string, LogTail<LoggedEvent>>();
   private readonly bufferLimit: number;
   private readonly safetyPollMs: number;
@@ -80,8 +84,10 @@ export class EventFanout {
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
-  /** Appends announced on the channel, to any log, since start: every gateway hears them all. */
+  /** Appends announced to this process since start: those to the logs it watches (or watched). */
   appendsSeen = 0;
+  /** Tails per subscribed channel: the channel is left when its last tail goes. */
+  private readonly channelUsers = new Map<string, number>();
 
   constructor(opts: FanoutOptions) {
     this.keys = opts.keys;
@@ -94,16 +100,53 @@ export class EventFanout {
   }
 
   async start(): Promise<void> {
-    this.subscriber.on('message', (_channel: string, message: string) => {
+    this.subscriber.on('smessage', (_channel: string, message: string) => {
       this.appendsSeen++;
       const space = message.indexOf(' ');
       this.tails.get(message.slice(0, space))?.wake(Number(message.slice(space + 1)));
     });
-    // After a reconnect, notifications sent meanwhile are gone: every tail re-reads.
+    // After a reconnect (or a failover), notifications sent meanwhile are gone: every tail re-reads. ioredis
+    // subscribes again to the channels it was on.
     this.subscriber.on('ready', () => {
       for (const tail of this.tails.values()) tail.wake(Infinity);
     });
-    await this.subscriber.subscribe(this.keys.appendedChannel());
+  }
+
+  /** @internal A tail's channel: subscribed before the tail reads its head, so no append falls between the two. */
+  async join(channel: string): Promise<void> {
+    const users = this.channelUsers.get(channel) ?? 0;
+    this.channelUsers.set(channel, users + 1);
+    if (users === 0 || this.pending.has(channel)) {
+      let subscribing = this.pending.get(channel);
+      if (!subscribing) {
+        subscribing = this.subscriber.ssubscribe(channel).then(() => undefined).finally(() => this.pending.delete(channel));
+        this.pending.set(channel, subscribing);
+      }
+      try {
+        await subscribing;
+      } catch (err) {
+        this.leave(channel);
+        throw err;
+      }
+    }
+  }
+
+  private readonly pending = new Map<string, Promise<void>>();
+
+  /** @internal */
+  leave(channel: string): void {
+    const users = (this.channelUsers.get(channel) ?? 1) - 1;
+    if (users > 0) {
+      this.channelUsers.set(channel, users);
+      return;
+    }
+    this.channelUsers.delete(channel);
+    if (!this.closed) this.subscriber.sunsubscribe(channel).catch(() => undefined);
+  }
+
+  /** Shard channels this process listens on (metrics, tests). */
+  subscribedChannels(): number {
+    return this.channelUsers.size;
   }
 
   /** Closes every watcher with a resumable `shutting_down` error and stops listening. */
@@ -128,7 +171,10 @@ export class EventFanout {
     if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, 'gateway is shutting down');
     let tail = this.tails.get(log.id) as LogTail<E> | undefined;
     if (!tail) {
-      tail = new LogTail<E>(this, log, () => this.tails.delete(log.id));
+      tail = new LogTail<E>(this, log, () => {
+        this.tails.delete(log.id);
+        this.leave(log.channel);
+      });
       this.tails.set(log.id, tail as unknown as LogTail<LoggedEvent>);
     }
     // The tail's cursor must be set before the watcher's first read of the log, or an event appended between
@@ -182,8 +228,15 @@ class LogTail<E extends LoggedEvent> {
     this.fanout = fanout;
     this.log = log;
     this.onEmpty = onEmpty;
-    fanout.countTailRead();
-    this.ready = log.head().then((head) => {
+    this.ready = fanout.join(log.channel).then(async () => {
+      fanout.countTailRead();
+      let head: number;
+      try {
+        head = await log.head();
+      } catch (err) {
+        fanout.leave(log.channel);
+        throw err;
+      }
       this.cursor = head;
       this.isReady = true;
       this.schedulePoll();

@@ -33,8 +33,16 @@ import { createHash } from 'node:crypto';
  *
  *   <prefix>:{w:<ws>}:conv:<owner>   hash: WindieOS conversation_ref → session id, per socket owner (user_id)
  *
- * Pub/sub channels (not slot-bound): `<prefix>:appended` (message `<taskId|sessionId> <seq>`) wakes event tails;
- * `<prefix>:cancel` (message `<taskId|sessionId>`) reaches running agent loops.
+ * Pub/sub. Appends are announced on Redis 7 shard channels in the slot of the log they wake (SPUBLISH from the
+ * append script itself; a gateway SSUBSCRIBEs only while it watches that log), message `<logId> <seq>`:
+ *   <prefix>:{t:<id>}:appended   a task's log          <prefix>:{s:<id>}:appended   a session's log
+ *   <prefix>:{w:<ws>}:appended   every run log of the workspace (log id `run:<runId>`)
+ * `<prefix>:cancel` (classic pub/sub, message `<taskId|sessionId>`, cluster-wide) reaches running agent loops.
+ *
+ * On Redis Cluster: every key of a task, session or workspace carries its hash tag, so each script and MULTI is
+ * on one slot. The few global keys (`stats:tasks`, `tasks:enqueueing`, `workspaces`, `runidx:{<runId>}`) are
+ * each written by a command of their own, beside the scripts, never inside one; BullMQ's keys share the tag
+ * `{<prefix>:bull}`.
  */
 export interface SessionKeys {
   meta: string;
@@ -106,6 +114,11 @@ export class KeyBuilder {
     return { listing: `${base}:runs`, active: `${base}:active` };
   }
 
+  /** The workspace's VM workers (KEYS[1] of every run script; run-log.lua derives the other run keys from it). */
+  workspaceWorkers(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:workers`;
+  }
+
   workspaceTasks(workspaceId: string): string {
     return `${this.workspace(workspaceId)}:tasks`;
   }
@@ -131,8 +144,18 @@ export class KeyBuilder {
     return `${this.prefix}:stats:tasks`;
   }
 
-  appendedChannel(): string {
-    return `${this.prefix}:appended`;
+  /** The shard channel announcing appends to a task's log (its slot: the task's append scripts SPUBLISH on it). */
+  taskAppended(taskId: string): string {
+    return `${this.prefix}:{t:${taskId}}:appended`;
+  }
+
+  sessionAppended(sessionId: string): string {
+    return `${this.prefix}:{s:${sessionId}}:appended`;
+  }
+
+  /** One shard channel for every run log of a workspace: a heartbeat appends to runs it only finds in the script. */
+  runsAppended(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:appended`;
   }
 
   cancelChannel(): string {

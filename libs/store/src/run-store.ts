@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import type { WatchableLog } from './event-fanout.ts';
 import { checkCursor, runScriptError, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
@@ -21,7 +21,7 @@ import {
 } from './run-types.ts';
 
 export interface RunStoreOptions {
-  redis: Redis;
+  redis: RedisClient;
   keys: KeyBuilder;
   retentionSec?: number;
   maxEventsPerRun?: number;
@@ -51,7 +51,7 @@ const list = <T>(v: unknown): T[] => (Array.isArray(v) ? (v as T[]) : []);
 /** The runs control plane's state: every write is one Lua script on the workspace's slot. */
 export class RunStore {
   readonly keys: KeyBuilder;
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   private readonly scripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly maxEvents: number;
@@ -75,9 +75,9 @@ export class RunStore {
     this.maxAttempts = opts.maxAttempts ?? 3;
   }
 
-  private route(workspaceId: string): [string, string] {
-    const base = this.keys.workspace(workspaceId);
-    return [`${base}:workers`, base];
+  /** KEYS of every run script: the workspace's workers hash, whose base the scripts derive the rest from. */
+  private route(workspaceId: string): [string] {
+    return [this.keys.workspaceWorkers(workspaceId)];
   }
 
   async createRun(input: NewRun, cap: number, idempotencyKey?: string): Promise<{ run: RunRecord; events: RunEvent[]; created: boolean }> {
@@ -91,8 +91,8 @@ export class RunStore {
         if (existing) runId = existing;
       }
     }
-    // The index first: a run must never exist without a way to find its workspace.
-    await this.redis.multi().set(this.keys.runIndex(runId), input.workspace_id).sadd(this.keys.workspaces(), input.workspace_id).exec();
+    // The index first: a run must never exist without a way to find its workspace. Two slots, so two commands.
+    await Promise.all([this.redis.set(this.keys.runIndex(runId), input.workspace_id), this.redis.sadd(this.keys.workspaces(), input.workspace_id)]);
     const fields = {
       workspace_id: input.workspace_id,
       agent_id: input.agent_id ?? '',
@@ -104,7 +104,7 @@ export class RunStore {
     // As the original: the creator may name the conversation in metadata.conversation_ref.
     const named = input.metadata.conversation_ref;
     const conversationRef = typeof named === 'string' ? named.trim().slice(0, 160) : '';
-    const code = await this.scripts.createRun(...this.route(input.workspace_id), runId, JSON.stringify(fields), cap, this.maxEvents, this.keys.appendedChannel(), conversationRef);
+    const code = await this.scripts.createRun(...this.route(input.workspace_id), runId, JSON.stringify(fields), cap, this.maxEvents, this.keys.runsAppended(input.workspace_id), conversationRef);
     if (code < 0) {
       await this.redis.del(this.keys.runIndex(runId));
       if (idempotencyKey !== undefined) await this.redis.del(this.keys.runIdempotency(input.workspace_id, idempotencyKey));
@@ -183,6 +183,7 @@ export class RunStore {
   runLog(runId: string, workspaceId: string): WatchableLog<RunEvent> {
     return {
       id: `run:${runId}`,
+      channel: this.keys.runsAppended(workspaceId),
       read: async (afterSeq, limit) => (await this.readEvents(runId, afterSeq, limit))?.events ?? null,
       head: async () => Number((await this.redis.hget(this.metaKey(workspaceId, runId), 'seq')) ?? 0),
       isTerminal: (e) => e.event_type === 'streaming-complete' || e.event_type === 'error' || (e.event_type === 'run-control' && (e.payload as { action?: string })?.action === 'stop'),
@@ -203,7 +204,7 @@ export class RunStore {
       this.maxAttempts,
       acked === undefined ? '' : JSON.stringify(acked),
       this.maxEvents,
-      this.keys.appendedChannel(),
+      this.keys.runsAppended(input.workspace_id),
       this.retentionSec,
     );
     const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown; lost?: number; requeued?: number };
@@ -220,7 +221,7 @@ export class RunStore {
   /** The holder's dispatch ack; `payload` fields the worker did not send are null. */
   async dispatch(runId: string, workerId: string, leaseId: string | undefined, payload: { user_id: string | null; turn_ref: string | null; conversation_ref: string | null }): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
-    const seq = await this.scripts.dispatchRun(...this.route(ws), runId, workerId, leaseId ?? '', JSON.stringify(payload), this.maxEvents, this.keys.appendedChannel());
+    const seq = await this.scripts.dispatchRun(...this.route(ws), runId, workerId, leaseId ?? '', JSON.stringify(payload), this.maxEvents, this.keys.runsAppended(ws));
     if (seq < 0) throw runScriptError(seq, 'worker-dispatched');
     return this.runWithEvent(ws, runId, seq);
   }
@@ -228,7 +229,7 @@ export class RunStore {
   async relay(runId: string, workerId: string | undefined, leaseId: string | undefined, events: RelayedEvent[], batchId?: string): Promise<RunWithEvent & { last_seq: number }> {
     const ws = await this.requireWorkspace(runId);
     const encoded = events.map((e) => [e.event_type, e.source ?? 'worker-stream', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
-    const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.appendedChannel(), this.retentionSec, batchId ?? '');
+    const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.runsAppended(ws), this.retentionSec, batchId ?? '');
     if (seq < 0) throw runScriptError(seq, 'relay events');
     const out = await this.runWithEvent(ws, runId, seq);
     if (isTerminalRunStatus(out.run.status)) await this.indexEnds([runId]);
@@ -237,7 +238,7 @@ export class RunStore {
 
   async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
-    const seq = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec);
+    const seq = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
     if (seq < 0) throw runScriptError(seq, action);
     const out = await this.runWithEvent(ws, runId, seq);
     if (out.run.status === 'stopped') await this.indexEnds([runId]);
@@ -248,7 +249,7 @@ export class RunStore {
   async stopAll(workspaceId: string | undefined, requestedBy: string): Promise<string[]> {
     const workspaces = workspaceId ? [workspaceId] : await this.redis.smembers(this.keys.workspaces());
     const stopped = await Promise.all(
-      workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
+      workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
     const ids = stopped.flatMap((batch) => list<string>(batch));
     await this.indexEnds(ids);
@@ -261,17 +262,15 @@ export class RunStore {
    * keep theirs (a small string per run).
    */
   private async indexEnds(runIds: string[]): Promise<void> {
-    if (runIds.length === 0) return;
-    const pipeline = this.redis.pipeline();
-    for (const id of runIds) pipeline.expire(this.keys.runIndex(id), this.retentionSec);
-    await pipeline.exec();
+    // Each index entry has its own slot: sent together, never as one pipeline (a Cluster refuses one across nodes).
+    await Promise.all(runIds.map((id) => this.redis.expire(this.keys.runIndex(id), this.retentionSec)));
   }
 
   /** The lease sweeper's pass: every workspace, one script each. */
   async expireLeases(): Promise<number> {
     const workspaces = await this.redis.smembers(this.keys.workspaces());
     const counts = await Promise.all(
-      workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.appendedChannel(), this.retentionSec)),
+      workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
     let lost = 0;
     for (const [expired, requeued] of counts) {

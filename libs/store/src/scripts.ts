@@ -1,5 +1,5 @@
 import { readFileSync, readdirSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 
 // Lua scripts live in ./lua as `<name>-<numberOfKeys>.lua` (BullMQ's convention); `--@include <file>` lines
 // inline ./lua/includes/<file>.lua so shared helpers are written once.
@@ -34,7 +34,7 @@ function inline(source: string, seen = new Set<string>()): string {
 let cached: ScriptSource[] | undefined;
 
 /** Registers every script as a command on the connection (EVALSHA with an EVAL fallback, done by ioredis). */
-export function defineScripts(redis: Redis): void {
+export function defineScripts(redis: RedisClient): void {
   cached ??= loadScripts();
   for (const s of cached) {
     if (!(s.name in redis)) redis.defineCommand(s.name, { numberOfKeys: s.numberOfKeys, lua: s.lua });
@@ -80,7 +80,7 @@ export interface StoreScripts {
   setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
 }
 
-export function scriptsOf(redis: Redis): StoreScripts {
+export function scriptsOf(redis: RedisClient): StoreScripts {
   defineScripts(redis);
   return redis as unknown as StoreScripts;
 }

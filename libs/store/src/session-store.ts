@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionEventPayloads, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
@@ -9,7 +9,7 @@ import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
 
 export interface SessionStoreOptions {
-  redis: Redis;
+  redis: RedisClient;
   keys?: KeyBuilder;
   /** Seconds a closed session's keys (log included) are kept. */
   retentionSec?: number;
@@ -38,7 +38,7 @@ const DEFAULT_MAX_EVENTS = 100_000;
 /** Sessions: state, transcript and the ordered log, every write one Lua script on the session's slot. */
 export class SessionStore {
   readonly keys: KeyBuilder;
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   private readonly scripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly idleTtlSec: number;
@@ -64,9 +64,6 @@ export class SessionStore {
     return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp];
   }
 
-  private get channel(): string {
-    return this.keys.appendedChannel();
-  }
 
   async createSession(input: NewSession): Promise<SessionRecord> {
     const sessionId = randomUUID();
@@ -82,7 +79,7 @@ export class SessionStore {
     const started = { session_id: sessionId, workspace_id: input.workspace_id, model: input.model };
     await this.scripts.createSession(
       ...this.k(sessionId), sessionId, JSON.stringify(fields), JSON.stringify(input.transcript.map((m) => JSON.stringify(m))),
-      JSON.stringify(started), this.maxEvents, this.channel, this.idleTtlSec,
+      JSON.stringify(started), this.maxEvents, this.keys.sessionAppended(sessionId), this.idleTtlSec,
     );
     const session = await this.getSession(sessionId);
     if (!session) throw new Error(`session ${sessionId} vanished right after creation`);
@@ -108,7 +105,7 @@ export class SessionStore {
   async startTurn(sessionId: string, turn: { message_id: string; content: string; tools?: ClientTool[]; system_context?: string }): Promise<number> {
     const wake = await this.scripts.startTurn(
       ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content: turn.content }),
-      turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.channel,
+      turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (wake < 0) throw sessionScriptError(wake, 'user message');
     return wake;
@@ -116,7 +113,7 @@ export class SessionStore {
 
   /** Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. */
   async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number }> {
-    const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.channel);
+    const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId));
     if (code < 0) throw sessionScriptError(code, 'claim turn');
     return { kind: code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale', attempt };
   }
@@ -165,7 +162,7 @@ export class SessionStore {
     const events = (step.events ?? []).map((e) => ({ t: e.event_type, p: JSON.stringify(e.payload) }));
     const seq = await this.scripts.commitTurn(
       ...this.k(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
-      JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.channel,
+      JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (seq < 0) throw sessionScriptError(seq, 'commit turn');
     return seq;
@@ -177,7 +174,7 @@ export class SessionStore {
    */
   async compactTranscript(sessionId: string, lease: string, expectedLength: number, count: number, summary: object, payload: SessionEventPayloads['context_compacted']): Promise<number> {
     const seq = await this.scripts.compactTranscript(
-      ...this.k(sessionId), sessionId, lease, expectedLength, count, JSON.stringify(summary), JSON.stringify(payload), this.maxEvents, this.channel,
+      ...this.k(sessionId), sessionId, lease, expectedLength, count, JSON.stringify(summary), JSON.stringify(payload), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (seq < 0) throw sessionScriptError(seq, 'compact transcript');
     return seq;
@@ -192,7 +189,7 @@ export class SessionStore {
 
   /** Settles a client call; returns the wake to enqueue when the parked turn can go on, else 0. */
   async resolveToolCall(sessionId: string, outcome: Omit<ToolOutcome, 'tool_name'>): Promise<number> {
-    const wake = await this.scripts.resolveToolCall(...this.k(sessionId), sessionId, outcome.tool_call_id, JSON.stringify(outcome), this.maxEvents, this.channel);
+    const wake = await this.scripts.resolveToolCall(...this.k(sessionId), sessionId, outcome.tool_call_id, JSON.stringify(outcome), this.maxEvents, this.keys.sessionAppended(sessionId));
     if (wake < 0) throw sessionScriptError(wake, 'tool result');
     return wake;
   }
@@ -200,7 +197,7 @@ export class SessionStore {
   /** Ends the turn in progress; false when none was. `onlyWake` limits it to that turn's job. */
   async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<boolean> {
     const code = await this.scripts.cancelTurn(
-      ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.channel, this.keys.cancelChannel(),
+      ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
     );
     if (code < 0) throw sessionScriptError(code, 'cancel turn');
@@ -208,7 +205,7 @@ export class SessionStore {
   }
 
   async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
-    const code = await this.scripts.closeSession(...this.k(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.channel, this.keys.cancelChannel());
+    const code = await this.scripts.closeSession(...this.k(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
     if (code < 0) throw sessionScriptError(code, 'close session');
     return code === 1 ? 'closed' : 'already';
   }
@@ -216,7 +213,7 @@ export class SessionStore {
   /** roz RegisterTools: replaces the source's tools; returns the session's client tool count. */
   async registerTools(sessionId: string, source: string, tools: ClientTool[], systemContext: string, maxTools: number): Promise<number> {
     const count = await this.scripts.registerTools(
-      ...this.k(sessionId), sessionId, source, JSON.stringify(tools.map((t) => JSON.stringify(t))), systemContext, maxTools, this.maxEvents, this.channel,
+      ...this.k(sessionId), sessionId, source, JSON.stringify(tools.map((t) => JSON.stringify(t))), systemContext, maxTools, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (count < 0) throw sessionScriptError(count, 'register tools');
     return count;
@@ -229,7 +226,7 @@ export class SessionStore {
    */
   async queueInput(sessionId: string, kind: InputKind, input: { input_id: string; content: string }, maxQueued: number): Promise<{ kind: 'queued'; position: number } | { kind: 'started'; wake: number }> {
     const entry = JSON.stringify({ input_id: input.input_id, content: input.content, queued_at: new Date().toISOString() });
-    const [code, value] = await this.scripts.queueInput(...this.k6(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.channel, this.keys.cancelChannel());
+    const [code, value] = await this.scripts.queueInput(...this.k6(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
     if (code < 0) throw sessionScriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
     return code === 1 ? { kind: 'started', wake: value ?? 0 } : { kind: 'queued', position: value ?? 0 };
   }
@@ -238,7 +235,7 @@ export class SessionStore {
   async deliverSteering(sessionId: string, lease: string, before: { messages?: object[]; events?: SessionEventInput[] } = {}): Promise<number> {
     const n = await this.scripts.deliverSteering(
       ...this.k6(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
-      JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.channel,
+      JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (n < 0) throw sessionScriptError(n, 'deliver steering');
     return n;
@@ -251,7 +248,7 @@ export class SessionStore {
   async finishTurn(sessionId: string, lease: string, step: TurnCommit, stopReason: string): Promise<{ kind: 'continue' } | { kind: 'ended'; next: number }> {
     const [code, wake] = await this.scripts.finishTurn(
       ...this.k6(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
-      JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.channel,
+      JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (code < 0) throw sessionScriptError(code, 'finish turn');
     return code === 2 ? { kind: 'continue' } : { kind: 'ended', next: wake ?? 0 };
@@ -260,7 +257,7 @@ export class SessionStore {
   /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
   async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ aborted: boolean; dropped: number; wake: number }> {
     const [code, dropped, wake] = await this.scripts.abortTurn(
-      ...this.k6(sessionId), sessionId, this.maxEvents, this.channel, this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
+      ...this.k6(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     );
     if (code < 0) throw sessionScriptError(code, 'abort');
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
@@ -298,6 +295,7 @@ export class SessionStore {
     const events = this.keys.session(sessionId).events;
     return {
       id: sessionId,
+      channel: this.keys.sessionAppended(sessionId),
       read: async (afterSeq, limit) => (await this.readEvents(sessionId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeSessionEntry),
       head: async () => Number((await this.redis.hget(this.keys.session(sessionId).meta, 'seq')) ?? 0),

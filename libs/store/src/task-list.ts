@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import type { TaskStatus } from '@cadre/protocol';
 import type { KeyBuilder } from './keys.ts';
 import type { TeamMode } from './task-types.ts';
@@ -54,7 +54,7 @@ const iso = (ms: string | null | undefined): string | null => (ms ? new Date(Num
  * skipped; at most SCAN_BOUND entries are examined per call (a filtered page may come back short, with a cursor).
  */
 export async function listTasks(
-  redis: Redis,
+  redis: RedisClient,
   keys: KeyBuilder,
   workspaceId: string,
   opts: { status?: TaskStatus; afterMember?: string; limit: number },
@@ -67,18 +67,14 @@ export async function listTasks(
     const chunkSize = Math.min(opts.status ? 200 : opts.limit + 1, SCAN_BOUND - scanned);
     const members = await redis.zrangebylex(index, from, '+', 'LIMIT', 0, chunkSize);
     if (members.length === 0) return { tasks, next_cursor: null };
-    const pipeline = redis.pipeline();
-    for (const m of members) {
-      const taskId = m.slice(14);
-      const k = keys.task(taskId);
-      pipeline.hmget(k.meta, ...SUMMARY_FIELDS).hlen(k.roster);
-    }
-    const replies = (await pipeline.exec()) ?? [];
+    // Every task has its own slot: the reads go out together (one write on an auto-pipelined connection, grouped
+    // by node on a Cluster), not as one pipeline, which a Cluster refuses across nodes.
+    const replies = await Promise.all(members.map((m) => {
+      const k = keys.task(m.slice(14));
+      return Promise.all([redis.hmget(k.meta, ...SUMMARY_FIELDS), redis.hlen(k.roster)]);
+    }));
     for (let i = 0; i < members.length; i++) {
-      const [metaErr, meta] = replies[2 * i]! as [Error | null, (string | null)[]];
-      const [rosterErr, size] = replies[2 * i + 1]! as [Error | null, number];
-      if (metaErr) throw metaErr;
-      if (rosterErr) throw rosterErr;
+      const [meta, size] = replies[i]!;
       scanned++;
       from = `(${members[i]!}`;
       const summary = toSummary(meta, size);

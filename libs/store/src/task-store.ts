@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
@@ -10,7 +10,7 @@ import { decodeEntry, type StreamEntry } from './event-codec.ts';
 import { listMember, listTasks, TASK_LIST_MAX_ENTRIES, type TaskListPage } from './task-list.ts';
 
 export interface TaskStoreOptions {
-  redis: Redis;
+  redis: RedisClient;
   keys?: KeyBuilder;
   /** Seconds a finished task's keys (log included) are kept. */
   retentionSec?: number;
@@ -48,7 +48,7 @@ const DEFAULT_MAX_EVENTS = 100_000;
 /** The task registry and its event log: every write is one Lua script on the task's slot. */
 export class TaskStore {
   readonly keys: KeyBuilder;
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   private readonly scripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly maxEvents: number;
@@ -100,7 +100,7 @@ export class TaskStore {
         JSON.stringify(roster),
         JSON.stringify({ workspace_id: input.workspace_id, goal: input.goal }),
         this.maxEvents,
-        this.keys.appendedChannel(),
+        this.keys.taskAppended(taskId),
       ),
     ]);
     if (created === 0) {
@@ -175,7 +175,7 @@ export class TaskStore {
 
   async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
     const [code, attempt, worker, context] = await this.scripts.claimWorker(
-      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.appendedChannel(),
+      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId),
     );
     if (code < 0) throw scriptError(code, `claim ${workerId}`);
     const task = JSON.parse(context!) as Omit<TaskContext, 'team'> & { team: string };
@@ -196,7 +196,7 @@ export class TaskStore {
     payload: Extract<TeamEventInput, { event_type: T }>['payload'],
   ): Promise<number> {
     const seq = await this.scripts.appendWorkerEvent(
-      ...this.k(taskId), taskId, workerId, lease, eventType, JSON.stringify(payload), this.maxEvents, this.keys.appendedChannel(),
+      ...this.k(taskId), taskId, workerId, lease, eventType, JSON.stringify(payload), this.maxEvents, this.keys.taskAppended(taskId),
     );
     if (seq < 0) throw scriptError(seq, `append ${eventType} for ${workerId}`);
     return seq;
@@ -216,7 +216,7 @@ export class TaskStore {
     const taskPayload = task === undefined ? {} : task.status === 'completed' ? { result: task.result, usage: task.usage } : { reason: task.reason };
     const seq = await this.scripts.finishWorker(
       ...this.k(taskId), taskId, workerId, lease, outcome.outcome, JSON.stringify(payload),
-      task?.status ?? '', JSON.stringify(taskPayload), this.retentionSec, this.maxEvents, this.keys.appendedChannel(),
+      task?.status ?? '', JSON.stringify(taskPayload), this.retentionSec, this.maxEvents, this.keys.taskAppended(taskId),
     );
     if (seq < 0) throw scriptError(seq, `finish ${workerId}`);
     if (task) await this.taskEnded(taskId, task.status, workspaceId);
@@ -233,7 +233,7 @@ export class TaskStore {
   /** Cancels the task; 'already' when it was cancelled before. Completed or failed tasks throw task_finished. */
   async cancelTask(taskId: string, reason: string): Promise<'cancelled' | 'already'> {
     const code = await this.scripts.cancelTask(
-      ...this.k(taskId), this.keys.taskApprovals(taskId).approvals, taskId, reason, this.retentionSec, this.maxEvents, this.keys.appendedChannel(), this.keys.cancelChannel(),
+      ...this.k(taskId), this.keys.taskApprovals(taskId).approvals, taskId, reason, this.retentionSec, this.maxEvents, this.keys.taskAppended(taskId), this.keys.cancelChannel(),
     );
     if (code === 1) {
       await this.taskEnded(taskId, 'cancelled');
@@ -269,6 +269,7 @@ export class TaskStore {
   taskLog(taskId: string): WatchableLog<TeamEvent> {
     return {
       id: taskId,
+      channel: this.keys.taskAppended(taskId),
       read: async (afterSeq, limit) => (await this.readEvents(taskId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(this.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeEntry),
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
@@ -287,14 +288,12 @@ export class TaskStore {
   }
 
   /**
-   * Bookkeeping outside the task's slot, so separate writes: the count of tasks that reached each status (for
+   * Bookkeeping outside the task's slot, so separate writes (two slots: sent together, not as one pipeline): the count of tasks that reached each status (for
    * metrics) and the workspace's set of unfinished tasks.
    */
   private async taskEnded(taskId: string, status: TaskStatus, workspaceId?: string): Promise<void> {
     const ws = workspaceId ?? (await this.workspaceOf(taskId));
-    const pipeline = this.redis.pipeline().hincrby(this.keys.taskStats(), status, 1);
-    if (ws) pipeline.srem(this.keys.workspaceTasks(ws), taskId);
-    await pipeline.exec();
+    await Promise.all([this.redis.hincrby(this.keys.taskStats(), status, 1), ws ? this.redis.srem(this.keys.workspaceTasks(ws), taskId) : 0]);
   }
 
   async statusCounts(): Promise<Record<string, number>> {

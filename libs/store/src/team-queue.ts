@@ -1,5 +1,5 @@
 import { FlowProducer, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.ts';
 import type { KeyBuilder } from './keys.ts';
 import { LEAD_WORKER_ID, type TaskRecord } from './task-types.ts';
 
@@ -36,7 +36,7 @@ export class TeamQueue {
    * `onError` hears the queue's and flow producer's connection errors; without a listener BullMQ prints them to
    * the console, arguments (an AUTH password among them) included.
    */
-  constructor(opts: { connection: Redis; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
+  constructor(opts: { connection: RedisClient; keys: KeyBuilder; telemetry?: Telemetry | undefined; onError: (err: Error) => void }) {
     const connection = opts.connection as unknown as ConnectionOptions;
     const telemetry = opts.telemetry ? { telemetry: opts.telemetry } : {};
     this.queue = new Queue<AgentJobData>(AGENT_QUEUE, { connection, prefix: opts.keys.bullPrefix(), ...telemetry });

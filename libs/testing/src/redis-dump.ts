@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 
 /** Keys that change with no request: BullMQ's stall-check timer (a worker sets it every stall interval). */
 export const BACKGROUND_KEYS = /:stalled-check$/;
@@ -7,15 +7,15 @@ export const BACKGROUND_KEYS = /:stalled-check$/;
  * Every key matching `patterns` with its value (Redis's DUMP serialization, which covers every type) and whether
  * it expires: two equal dumps mean nothing was written, not even a TTL. Keys matching `exclude` are left out.
  */
-export async function dumpRedis(redis: Redis, patterns: string[], exclude: RegExp = BACKGROUND_KEYS): Promise<Map<string, string>> {
-  const keys = (await Promise.all(patterns.map((p) => redis.keys(p)))).flat().filter((k) => !exclude.test(k)).sort();
-  const pipeline = redis.pipeline();
-  for (const key of keys) pipeline.dumpBuffer(key).pttl(key);
-  const replies = (await pipeline.exec()) ?? [];
+export async function dumpRedis(redis: Redis | Cluster, patterns: string[], exclude: RegExp = BACKGROUND_KEYS): Promise<Map<string, string>> {
+  // KEYS answers for one node: on a Cluster, ask every master.
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const keys = (await Promise.all(nodes.flatMap((node) => patterns.map((p) => node.keys(p))))).flat().filter((k) => !exclude.test(k)).sort();
+  // One command per key, sent together (a pipeline could span a Cluster's nodes).
+  const values = await Promise.all(keys.map((key) => Promise.all([redis.dumpBuffer(key), redis.pttl(key)])));
   const dump = new Map<string, string>();
   keys.forEach((key, i) => {
-    const value = replies[2 * i]?.[1] as Buffer | null;
-    const pttl = replies[2 * i + 1]?.[1] as number;
+    const [value, pttl] = values[i]!;
     if (value) dump.set(key, `${pttl === -1 ? 'persistent' : 'expiring'} ${value.toString('hex')}`);
   });
   return dump;

@@ -1,8 +1,11 @@
 import { existsSync } from 'node:fs';
+import type { RedisTarget } from '@cadre/config';
 import { startEmbeddedRedis } from '@cadre/embedded-redis';
 
 export interface TestRedis {
   url: string;
+  /** Where the server is, as the apps' configuration would name it. */
+  target: RedisTarget;
   /** kill -9 the server (embedded only), for crash tests. */
   kill?(): void;
   stop(): Promise<void>;
@@ -19,7 +22,8 @@ export async function startTestRedis(): Promise<TestRedis> {
     try {
       const { RedisContainer } = await import('@testcontainers/redis');
       const container = await new RedisContainer('redis:7-alpine').start();
-      return { url: container.getConnectionUrl(), stop: async () => void (await container.stop()) };
+      const url = container.getConnectionUrl();
+      return { url, target: { mode: 'single', url }, stop: async () => void (await container.stop()) };
     } catch (err) {
       // A socket without a working engine (as on this project's CI machines): fall back to redis-server, and say
       // why once per process rather than on every test file's start.
@@ -31,5 +35,5 @@ export async function startTestRedis(): Promise<TestRedis> {
     }
   }
   const redis = await startEmbeddedRedis();
-  return { url: redis.url, kill: () => redis.kill('SIGKILL'), stop: () => redis.stop() };
+  return { url: redis.url, target: { mode: 'single', url: redis.url }, kill: () => redis.kill('SIGKILL'), stop: () => redis.stop() };
 }

@@ -6,22 +6,22 @@
     stop    any active state -> stopped
     set-control-mode  any active state; control_mode changes
   KEYS[1] <base>:workers
-  ARGV[1] base   ARGV[2] run id   ARGV[3] action   ARGV[4] control mode ('' unless set-control-mode)
-  ARGV[5] requested by   ARGV[6] command id   ARGV[7] max events   ARGV[8] channel   ARGV[9] retention seconds
+  ARGV[1] run id   ARGV[2] action   ARGV[3] control mode ('' unless set-control-mode)
+  ARGV[4] requested by   ARGV[5] command id   ARGV[6] max events   ARGV[7] channel   ARGV[8] retention seconds
   Returns the seq of the run-control event; or -1 no such run, -2 run finished, -7 action does not fit the run's
   state.
 ]]
 --@include run-log
 
-local runId, action, mode, requestedBy, commandId = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local maxLen, channel = ARGV[7], ARGV[8]
+local runId, action, mode, requestedBy, commandId = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local maxLen, channel = ARGV[6], ARGV[7]
 local run = loadRun(runId)
 if not run then return -1 end
 if RUN_TERMINAL[run.status] then return -2 end
 local now = nowMs()
 local bound = run.worker_id ~= ''
 if action == 'stop' then
-  return stopRun(run, commandId, requestedBy, now, maxLen, channel, tonumber(ARGV[9]), false)
+  return stopRun(run, commandId, requestedBy, now, maxLen, channel, tonumber(ARGV[8]), false)
 end
 
 local status = run.status

@@ -2,20 +2,20 @@
   Creates a run in its workspace: status awaiting_worker at the back of the workspace queue, event run-created
   (source `api`, as the original). `conversation_ref` is the metadata's `conversation_ref` when the creator gave
   one, else `run-<id>` (as the original).
-  KEYS[1] <base>:workers (routing only)
-  ARGV[1] workspace base key   ARGV[2] run id   ARGV[3] run fields JSON (strings; '' = unset)   ARGV[4] active-run cap
-  ARGV[5] max events   ARGV[6] appended channel   ARGV[7] conversation ref ('' = run-<id>)
+  KEYS[1] <base>:workers (every other key shares its base, see run-log.lua)
+  ARGV[1] run id   ARGV[2] run fields JSON (strings; '' = unset)   ARGV[3] active-run cap
+  ARGV[4] max events   ARGV[5] appended channel   ARGV[6] conversation ref ('' = run-<id>)
   Returns 1 created, 0 it already existed (a concurrent request with the same Idempotency-Key), -6 the
   workspace's active-run cap is reached.
 ]]
 --@include run-log
 
-local runId, cap, maxLen, channel = ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local runId, cap, maxLen, channel = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 if redis.call('EXISTS', runMeta(runId)) == 1 then return 0 end
 if redis.call('SCARD', activeKey) >= cap then return -6 end
 local now = nowMs()
-local fields = cjson.decode(ARGV[3])
-local conversationRef = ARGV[7] ~= '' and ARGV[7] or ('run-' .. runId)
+local fields = cjson.decode(ARGV[2])
+local conversationRef = ARGV[6] ~= '' and ARGV[6] or ('run-' .. runId)
 for k, v in pairs(fields) do redis.call('HSET', runMeta(runId), k, v) end
 redis.call('HSET', runMeta(runId), 'run_id', runId, 'status', 'awaiting_worker', 'control_mode', 'agent_only',
   'conversation_ref', conversationRef, 'worker_id', '', 'vm_id', '', 'lease_id', '', 'turn_ref', '', 'attempts', 0,

@@ -4,19 +4,19 @@
   its relays may have arrived first (the run is already running) or the run may have ended meanwhile (stopped, or
   even completed): the ack is still recorded, and a run that ended keeps its status.
   KEYS[1] <base>:workers
-  ARGV[1] base   ARGV[2] run id   ARGV[3] worker id   ARGV[4] lease id ('' = not checked, as the original)
-  ARGV[5] payload JSON (worker_id, user_id, turn_ref, conversation_ref; null when not sent)   ARGV[6] max events
-  ARGV[7] channel
+  ARGV[1] run id   ARGV[2] worker id   ARGV[3] lease id ('' = not checked, as the original)
+  ARGV[4] payload JSON (worker_id, user_id, turn_ref, conversation_ref; null when not sent)   ARGV[5] max events
+  ARGV[6] channel
   Returns the seq of the run-dispatched event (a repeat by the same worker changes nothing and returns the first
   one's seq); -1 no such run, -3 this worker does not hold the run (another worker, another lease, another user).
 ]]
 --@include run-log
 
-local runId, workerId, leaseId = ARGV[2], ARGV[3], ARGV[4]
+local runId, workerId, leaseId = ARGV[1], ARGV[2], ARGV[3]
 local run = loadRun(runId)
 if not run then return -1 end
 if run.worker_id ~= workerId or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
-local payload = cjson.decode(ARGV[5])
+local payload = cjson.decode(ARGV[4])
 -- As the original: a worker of another user is not the holder.
 if type(payload.user_id) == 'string' and run.user_id ~= '' and run.user_id ~= payload.user_id then return -3 end
 if run.dispatched_at and run.dispatched_at ~= '' then return tonumber(run.dispatched_seq or '0') end
@@ -32,7 +32,7 @@ if run.status == 'queued' then
 elseif run.status == 'paused' then
   redis.call('HSET', runMeta(runId), 'paused_from', 'running')
 end
-local seq = appendRunEvent(runId, ARGV[6], ARGV[7], 'run-dispatched', 'worker', cjson.encode({
+local seq = appendRunEvent(runId, ARGV[5], ARGV[6], 'run-dispatched', 'worker', cjson.encode({
   worker_id = workerId, user_id = payload.user_id, turn_ref = payload.turn_ref,
   conversation_ref = (type(payload.conversation_ref) == 'string' and payload.conversation_ref ~= '') and payload.conversation_ref or run.conversation_ref }))
 redis.call('HSET', runMeta(runId), 'dispatched_seq', seq)

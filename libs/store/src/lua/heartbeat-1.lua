@@ -2,38 +2,38 @@
   A worker's heartbeat, in one call: upsert the worker, renew the lease of the run it holds, expire the leases of
   workers that went quiet, assign at most one run (FIFO) when the worker is ready or running and holds none, and
   hand out its control commands.
-  Commands: with ack mode (ARGV[5] is a JSON list, possibly empty) acked commands are dropped and the rest are
-  redelivered until acked, so a lost response loses nothing; without it (ARGV[5] = '') each command is delivered
+  Commands: with ack mode (ARGV[4] is a JSON list, possibly empty) acked commands are dropped and the rest are
+  redelivered until acked, so a lost response loses nothing; without it (ARGV[4] = '') each command is delivered
   once, as the original API did.
   A run assigned but not yet dispatched is sent again on every heartbeat, so a lost response cannot strand it; a
   new session_id for the same worker id, or an acking worker reporting `ready` while it holds a dispatched run,
   releases that run (it goes back to the queue as a lost attempt).
   KEYS[1] <base>:workers
-  ARGV[1] base   ARGV[2] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, agent_id, status,
+  ARGV[1] worker JSON (worker_id, workspace_id, vm_id, user_id, session_id, agent_id, status,
   metadata; unset strings are '')
-  ARGV[3] lease ttl ms   ARGV[4] max attempts   ARGV[5] acked command ids JSON or ''
-  ARGV[6] max events   ARGV[7] appended channel   ARGV[8] retention seconds
+  ARGV[2] lease ttl ms   ARGV[3] max attempts   ARGV[4] acked command ids JSON or ''
+  ARGV[5] max events   ARGV[6] appended channel   ARGV[7] retention seconds
   The run a worker holds shows it (`worker {...}`, `last_heartbeat_at`) as of this heartbeat.
   Returns JSON { worker, assigned_run (or absent), control_commands, lost, requeued } (lost/requeued: leases expired
   and runs put back in the queue by this call, for metrics).
 ]]
 --@include run-log
 
-local incoming = cjson.decode(ARGV[2])
+local incoming = cjson.decode(ARGV[1])
 -- Decoded before the first write: a script that fails half-way keeps what it wrote.
-local ackedIds = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or {}
-local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local ackedIds = ARGV[4] ~= '' and cjson.decode(ARGV[4]) or {}
+local ttl, maxAttempts, maxLen, channel, retention = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5], ARGV[6], tonumber(ARGV[7])
 local now = nowMs()
 -- The same worker id in a new session (a restarted VM agent) no longer holds what the old session held: its lease
 -- ends now, so the run goes back to the queue instead of waiting for a worker that forgot it.
--- Likewise a Cadre worker (one that acks, ARGV[5] ~= '') reporting `ready` while it holds a dispatched run has
+-- Likewise a Cadre worker (one that acks, ARGV[4] ~= '') reporting `ready` while it holds a dispatched run has
 -- dropped it (e.g. it gave up on a lost reply). Original workers (no acks) keep the original semantics.
 local previous = loadWorker(incoming.worker_id)
 if previous and previous.run_id then
   local newSession = previous.session_id and incoming.session_id and previous.session_id ~= ''
     and previous.session_id ~= incoming.session_id
   local dropped = false
-  if ARGV[5] ~= '' and incoming.status == 'ready' then
+  if ARGV[4] ~= '' and incoming.status == 'ready' then
     local status, pausedFrom = unpack(redis.call('HMGET', runMeta(previous.run_id), 'status', 'paused_from'))
     dropped = status == 'running' or (status == 'paused' and pausedFrom == 'running')
   end
@@ -88,7 +88,7 @@ redis.call('HSET', workersKey, w.worker_id, cjson.encode(w))
 
 local commands = {}
 local key = commandsKey(w.worker_id)
-if ARGV[5] == '' then
+if ARGV[4] == '' then
   commands = redis.call('LRANGE', key, 0, -1)
   redis.call('DEL', key)
 else

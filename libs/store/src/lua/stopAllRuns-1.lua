@@ -2,8 +2,8 @@
   Stops every active run of one workspace (the emergency stop); each run-control event says `bulk: true`, as the
   original's. Repeating it is harmless.
   KEYS[1] <base>:workers
-  ARGV[1] base   ARGV[2] requested by   ARGV[3] command id prefix   ARGV[4] max events   ARGV[5] channel
-  ARGV[6] retention seconds
+  ARGV[1] requested by   ARGV[2] command id prefix   ARGV[3] max events   ARGV[4] channel
+  ARGV[5] retention seconds
   Returns the ids of the runs stopped.
 ]]
 --@include run-log
@@ -15,7 +15,7 @@ table.sort(ids)
 for i, runId in ipairs(ids) do
   local run = loadRun(runId)
   if run and not RUN_TERMINAL[run.status] then
-    stopRun(run, ARGV[3] .. '-' .. i, ARGV[2], now, ARGV[4], ARGV[5], tonumber(ARGV[6]), true)
+    stopRun(run, ARGV[2] .. '-' .. i, ARGV[1], now, ARGV[3], ARGV[4], tonumber(ARGV[5]), true)
     table.insert(stopped, runId)
   else
     redis.call('SREM', activeKey, runId)

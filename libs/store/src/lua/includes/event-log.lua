@@ -8,10 +8,11 @@ end
 
 -- Appends one entry: seq is assigned here, atomically with the append, so the log has no gaps; readers resume
 -- with XRANGE (<after_seq>. `fields` is a flat list of field, value pairs; `ts` is added. Watchers are woken
--- with `<logId> <seq>` on `channel`.
+-- with `<logId> <seq>` on `channel`: a shard channel in the log's own slot (KeyBuilder.taskAppended & co.), so
+-- only the nodes and gateways that watch this log hear it, on Redis Cluster as on one node.
 local function appendToLog(metaKey, eventsKey, logId, maxLen, channel, fields)
   local seq = redis.call('HINCRBY', metaKey, 'seq', 1)
   redis.call('XADD', eventsKey, 'MAXLEN', maxLen, seq .. '-0', 'ts', nowMs(), unpack(fields))
-  redis.call('PUBLISH', channel, logId .. ' ' .. seq)
+  redis.call('SPUBLISH', channel, logId .. ' ' .. seq)
   return seq
 end

@@ -1,10 +1,12 @@
 -- Shared by every run script (inlined at `--@include run-log`). All of a workspace's run keys share the hash tag
 -- `{w:<workspace>}` so a heartbeat (worker, queue, run, log, commands) is one script on one slot. Scripts get
--- the workspace's base key (`<prefix>:{w:<ws>}`) as ARGV[1] and KEYS[1] = `<base>:workers` for routing; every
--- other key is derived from the base, so it is in the same slot.
+-- KEYS[1] = `<base>:workers` (base = `<prefix>:{w:<ws>}`, KeyBuilder.workspace); every other key is derived from
+-- that declared key, never from ARGV, so it carries the same hash tag and lies in the same slot. (Which runs a
+-- heartbeat or a stop-all touches is only known inside the script, as BullMQ's job keys are: they cannot all be
+-- listed in KEYS beforehand, so they are built from the declared key's base, as BullMQ builds its own.)
 --@include event-log
 
-local base = ARGV[1]
+local base = string.sub(KEYS[1], 1, -(#':workers' + 1))
 local workersKey = base .. ':workers'
 local queueKey = base .. ':queue'          -- list: run ids awaiting a worker, FIFO (requeued runs go first)
 local activeKey = base .. ':active'        -- set: runs not yet stopped/completed/failed (the active-run cap)
