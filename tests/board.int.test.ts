@@ -4,6 +4,7 @@ import type { Page } from 'playwright-core';
 import { TEST_API_KEY, httpClient, pollUntilTerminal, runsCall } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 import { launchBrowser, type TestBrowser } from './support/browser.ts';
+import { createTaskNeedingApprovals } from './support/approvals.ts';
 
 // The board in a real browser (Debian's headless Chromium, driven by playwright-core) against a real gateway,
 // worker pool and scripted model: what an operator sees and clicks. Screenshots land in .artifacts/screenshots.
@@ -226,16 +227,7 @@ describe('the board', () => {
 
   it('lists a pending approval and approves it; the parked worker resumes and the task completes', async () => {
     const ws = newWorkspace();
-    const res = await api.post<{ task: { task_id: string } }>('/api/tasks', {
-      workspace_id: ws,
-      goal: 'Needs a sign-off',
-      team: {
-        workers: [{ role: 'calc', instructions: 'Compute. [[scripted:call=calculate({"expression":"6*7"})]]', tools: ['calculate'] }],
-        approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] },
-      },
-    });
-    expect(res.status).toBe(201);
-    const taskId = res.body.task.task_id;
+    const taskId = await createTaskNeedingApprovals(stack.url, ws);
     await useWorkspace(ws);
     await page.getByRole('link', { name: 'Approvals' }).click();
     const approve = page.getByRole('button', { name: 'Approve calculate for calc-1' });

@@ -9,6 +9,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
+import { createTaskNeedingApprovals } from './support/approvals.ts';
 
 // The `cadre` bin as a user runs it: a child process against a real gateway and worker, its output and exit
 // codes; one run inside tmux for the live tree on a terminal.
@@ -153,13 +154,7 @@ describe('cadre', () => {
 
   it('lists pending approvals, approves one and denies one with a reason; a second decision exits 1 naming the conflict', async () => {
     const ws = newWorkspace();
-    const calc = (role: string) => ({ role, instructions: 'Compute. [[scripted:call=calculate({"expression":"6*7"})]]', tools: ['calculate'] });
-    const res = await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', {
-      workspace_id: ws,
-      goal: 'Two sign-offs',
-      team: { workers: [calc('yes'), calc('no')], approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] } },
-    });
-    const taskId = res.body.task.task_id;
+    const taskId = await createTaskNeedingApprovals(stack.url, ws, ['yes', 'no']);
     for (const worker of ['yes-1', 'no-2']) await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_approval_requested' && e.worker_id === worker, 20_000);
 
     const table = await cadre(['-w', ws, 'approvals', 'list']);

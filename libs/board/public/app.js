@@ -67,13 +67,18 @@ document.getElementById('sign-out').addEventListener('click', () => {
   location.hash = '';
   route();
 });
-document.getElementById('workspace-form').addEventListener('change', (ev) => {
-  const input = ev.target;
-  if (!input.checkValidity()) return;
+// The workspace field applies on change (leaving it) and on Enter.
+function applyWorkspace() {
+  const input = document.getElementById('workspace');
+  if (!input.checkValidity() || input.value.trim() === workspace()) return;
   setWorkspace(input.value.trim());
   if (location.hash.startsWith('#/tasks/')) location.hash = '#/tasks';
   else route();
+}
+document.getElementById('workspace-form').addEventListener('change', applyWorkspace);
+document.getElementById('workspace-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  applyWorkspace();
 });
-document.getElementById('workspace-form').addEventListener('submit', (ev) => ev.preventDefault());
 window.addEventListener('hashchange', route);
 route();

@@ -8,7 +8,7 @@ export function sessionsView(root) {
   const ws = workspace();
   const open = h('form', { class: 'card' },
     h('h2', {}, 'Open a session'),
-    h('label', {}, 'Session id', h('input', { name: 'id', required: true, autocomplete: 'off', pattern: '[0-9a-f-]{36}' })),
+    h('label', {}, 'Session id', h('input', { name: 'id', required: true, autocomplete: 'off', pattern: '[0-9a-f\\-]{36}' })),
     h('button', { type: 'submit' }, 'Open session'));
   open.addEventListener('submit', (ev) => {
     ev.preventDefault();
