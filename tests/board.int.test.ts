@@ -240,4 +240,34 @@ describe('the board', () => {
     expect(events.at(-1)!.event_type).toBe('task_completed');
     expect(events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => (e.payload as { approved: boolean }).approved)).toEqual([true]);
   });
+
+  it('decides in bulk: select all, untick one, approve the rest; then deny the last with a reason', async () => {
+    const ws = newWorkspace();
+    const taskId = await createTaskNeedingApprovals(stack.url, ws, ['a', 'b', 'c']);
+    await useWorkspace(ws);
+    await page.getByRole('link', { name: 'Approvals' }).click();
+    for (const w of ['a-1', 'b-2', 'c-3']) await page.getByRole('checkbox', { name: `Select calculate for ${w}` }).waitFor({ timeout: 20_000 });
+    expect(await page.getByRole('button', { name: 'Approve 0 selected approval(s)' }).isDisabled()).toBe(true);
+
+    await page.getByRole('checkbox', { name: 'Select all pending approvals' }).check();
+    await page.getByRole('checkbox', { name: 'Select calculate for c-3' }).uncheck();
+    expect(await page.getByRole('checkbox', { name: 'Select all pending approvals' }).evaluate((el) => (el as unknown as { indeterminate: boolean }).indeterminate)).toBe(true);
+    await browser.shot('09-approvals-bulk');
+    await page.getByRole('button', { name: 'Approve 2 selected approval(s)' }).click();
+    await page.getByText('Approved 2 approval(s).').waitFor();
+    await page.locator('[data-testid="approval"]').nth(1).waitFor({ state: 'detached' });
+    expect(await page.locator('[data-testid="approval"]').count()).toBe(1);
+
+    await page.getByRole('checkbox', { name: 'Select calculate for c-3' }).check();
+    await page.getByRole('textbox', { name: 'Reason for the decisions' }).fill('not this one');
+    await page.getByRole('button', { name: 'Deny 1 selected approval(s)' }).click();
+    await page.getByText('No pending approvals.').waitFor();
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    const resolved = events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => {
+      const p = e.payload as { status: string; reason: string };
+      return [e.worker_id, p.status, p.reason];
+    });
+    expect(resolved.sort()).toEqual([['a-1', 'approved', ''], ['b-2', 'approved', ''], ['c-3', 'denied', 'not this one']]);
+  });
 });

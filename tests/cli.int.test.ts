@@ -62,7 +62,7 @@ describe('cadre', () => {
     expect(badStatus.code).toBe(2);
     expect(badStatus.stderr).toMatch(/argument 'maybe' is invalid/);
     expect(noId.code).toBe(2);
-    expect(noId.stderr).toMatch(/missing required argument 'approval_id'/);
+    expect(noId.stderr).toMatch(/name the approvals to approve, or give --all/);
     for (const sub of ['create', 'list', 'get', 'watch', 'cancel']) expect(taskHelp.stdout).toContain(sub);
     for (const sub of ['list', 'get', 'pause', 'resume', 'stop', 'stop-all']) expect(runHelp.stdout).toContain(sub);
     expect(wrong.code).toBe(2);
@@ -187,6 +187,27 @@ describe('cadre', () => {
     expect(resolved.sort()).toEqual([['no-2', false], ['yes-1', true]]);
     const empty = await cadre(['-w', ws, 'approvals', 'list']);
     expect(empty.stdout).toContain(`no pending approvals in ${ws}`);
+  });
+
+  it('decides every pending approval with --all, of one task with --task; ids and --all together are a usage error', async () => {
+    const ws = newWorkspace();
+    const [two, one] = [await createTaskNeedingApprovals(stack.url, ws, ['p', 'q']), await createTaskNeedingApprovals(stack.url, ws, ['r'])];
+    for (const [taskId, worker] of [[two, 'p-1'], [two, 'q-2'], [one, 'r-1']] as const) {
+      await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_approval_requested' && e.worker_id === worker, 20_000);
+    }
+    const both = await cadre(['-w', ws, 'approvals', 'approve', 'some-id', '--all']);
+    expect(both.code).toBe(2);
+    expect((await cadre(['-w', ws, 'approvals', 'approve', 'some-id', '--task', one])).code).toBe(2);
+
+    const denied = await cadre(['-w', ws, '--json', 'approvals', 'deny', '--all', '--task', one, '--reason', 'not for r']);
+    expect(denied.code, denied.stderr).toBe(0);
+    const deniedBody = JSON.parse(denied.stdout) as { decided: { task_id: string; worker_id: string; status: string }[]; failed: unknown[] };
+    expect(deniedBody.decided.map((a) => [a.task_id, a.worker_id, a.status])).toEqual([[one, 'r-1', 'denied']]);
+    const approved = await cadre(['-w', ws, 'approvals', 'approve', '--all']);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(approved.stdout.trim().split('\n').map((l) => l.split(' ').slice(1).join(' ')).sort()).toEqual(['approved calculate for p-1', 'approved calculate for q-2']);
+    expect((await cadre(['-w', ws, 'approvals', 'approve', '--all'])).stdout).toBe(`no pending approvals in ${ws}\n`);
+    for (const taskId of [two, one]) expect((await pollUntilTerminal(stack.url, taskId)).at(-1)!.event_type).toBe('task_completed');
   });
 
   it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {

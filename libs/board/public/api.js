@@ -60,8 +60,22 @@ export const approvalsApi = {
       throw err;
     }
   },
-  decide: (approvalId, approved) =>
-    call('POST', `/api/approvals/${encodeURIComponent(approvalId)}/decision`, { approved, reason: 'decided on the board' }, taskHeaders()),
+  /**
+   * Decides each approval: `{decided: [records], failed: [{approval_id, message}]}`. One that another operator
+   * decided first (409) or that is gone (404) is reported in `failed`; the others are still decided.
+   */
+  decideMany: async (approvalIds, approved, reason) => {
+    const outcomes = await Promise.all(approvalIds.map(async (id) => {
+      try {
+        const body = await call('POST', `/api/approvals/${encodeURIComponent(id)}/decision`, { approved, ...(reason ? { reason } : {}) }, taskHeaders());
+        return { decided: body.approval };
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status >= 500) throw err;
+        return { failed: { approval_id: id, message: err.message } };
+      }
+    }));
+    return { decided: outcomes.flatMap((o) => o.decided ?? []), failed: outcomes.flatMap((o) => o.failed ?? []) };
+  },
 };
 
 export const sessionsApi = {

@@ -35,13 +35,27 @@ export function approvalCommands(program: Command, client: () => CadreClient): v
 
   for (const verb of ['approve', 'deny'] as const) {
     approvals
-      .command(`${verb} <approval_id...>`)
-      .description(`${verb} one or more pending approvals; exit 1 if any could not be decided (unknown, or already decided)`)
+      .command(`${verb} [approval_id...]`)
+      .description(`${verb} the named pending approvals, or with --all every pending one of the workspace (or of --task); exit 1 if any could not be decided (unknown, or already decided)`)
       .option('-r, --reason <text>', verb === 'deny' ? 'why (the model is told it)' : 'why (kept on the record)')
-      .action(async (ids: string[], opts: { reason?: string }, cmd: Command) => {
-        process.exitCode = await decide(client(), ids, verb === 'approve', opts.reason, Boolean(cmd.optsWithGlobals<Globals>().json));
+      .option('--all', `${verb} every pending approval of the workspace (with --task: of that task)`)
+      .option('-t, --task <task_id>', 'with --all: only this task\'s approvals')
+      .action(async (ids: string[], opts: { reason?: string; all?: boolean; task?: string }, cmd: Command) => {
+        const g = cmd.optsWithGlobals<Globals>();
+        if (Boolean(opts.all) === ids.length > 0 || (opts.task && !opts.all)) {
+          process.stderr.write(`cadre: name the approvals to ${verb}, or give --all (optionally with --task), not both\n`);
+          return void (process.exitCode = EXIT.usage);
+        }
+        const c = client();
+        const targets = opts.all ? (await pendingApprovals(c, g.workspace, opts.task)).map((a: Json) => a.approval_id as string) : ids;
+        if (!targets.length && !g.json) process.stdout.write(`no pending approvals in ${g.workspace}${opts.task ? ` for task ${opts.task}` : ''}\n`);
+        process.exitCode = await decide(c, targets, verb === 'approve', opts.reason, Boolean(g.json));
       });
   }
+}
+
+async function pendingApprovals(c: CadreClient, workspace: string, taskId: string | undefined): Promise<Json[]> {
+  return (await c.approvals.list({ workspace_id: workspace, status: 'pending', ...(taskId ? { task_id: taskId } : {}) })).approvals;
 }
 
 /** Decides each id in turn; one that cannot be decided is reported and the rest still are. */

@@ -1,35 +1,93 @@
-import { h, say } from '../dom.js';
+import { h, say, short } from '../dom.js';
 import { approvalsApi } from '../api.js';
 import { workspace } from '../session.js';
+import { clip, duration } from '../team.js';
+
+const POLL_MS = 2000;
 
 /**
- * The approvals inbox: the workspace's pending approvals with approve / deny each. A gateway without the
- * approvals API (GET /api/approvals answers 404) gets a notice instead.
+ * The approvals inbox: the workspace's pending approvals, refreshed every 2 s, with approve / deny each and in
+ * bulk (tick several or all, then approve or deny them with one optional reason). A gateway without the approvals
+ * API (GET /api/approvals answers 404) gets a notice instead.
  */
 export function approvalsView(root) {
   const ws = workspace();
-  const box = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
-  root.append(h('h1', {}, `Approvals in ${ws}`), box);
   let closed = false;
   let timer;
+  let shown = null;
+  let pending = [];
+  const selected = new Set();
 
-  const decide = async (approval, approved) => {
+  const box = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const reason = h('input', { name: 'reason', maxlength: 1000, autocomplete: 'off', placeholder: 'optional; a denied model is told it' });
+  const approveSelected = h('button', { type: 'button', onclick: () => decide([...selected], true) });
+  const denySelected = h('button', { type: 'button', class: 'danger', onclick: () => decide([...selected], false) });
+  const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all pending approvals', onchange: () => {
+    for (const a of pending) {
+      if (selectAll.checked) selected.add(a.approval_id);
+      else selected.delete(a.approval_id);
+    }
+    for (const tick of box.querySelectorAll('tbody input[type="checkbox"]')) tick.checked = selectAll.checked;
+    drawToolbar();
+  } });
+  const toolbar = h('div', { class: 'card bulk', role: 'group', 'aria-label': 'Decide selected approvals' },
+    h('label', {}, 'Reason for the decisions', reason), approveSelected, denySelected);
+  root.append(h('h1', {}, `Approvals in ${ws}`), toolbar, box);
+
+  /** Decides the given approvals (one or many), then says what happened and refreshes the inbox. */
+  async function decide(ids, approved) {
+    if (!ids.length) return;
+    const verb = approved ? 'Approved' : 'Denied';
     try {
-      await approvalsApi.decide(approval.approval_id, approved);
-      say(`${approved ? 'Approved' : 'Denied'} ${approval.tool_name} for ${approval.worker_id}`);
+      const { decided, failed } = await approvalsApi.decideMany(ids, approved, reason.value.trim() || undefined);
+      for (const id of ids) selected.delete(id);
+      const what = decided.length === 1 ? `${decided[0].tool_name} for ${decided[0].worker_id}` : `${decided.length} approval(s)`;
+      say(`${verb} ${what}.${failed.length ? ` ${failed.length} could not be decided: ${failed.map((f) => f.message).join('; ')}` : ''}`);
     } catch (err) {
       say(`Could not decide: ${err.message}`);
     }
     await refresh();
-  };
+  }
 
   const row = (a) => {
     const label = `${a.tool_name} for ${a.worker_id}`;
-    return h('li', { 'data-testid': 'approval', 'data-approval-id': a.approval_id },
-      h('strong', {}, a.tool_name), ` ${a.arguments} — ${a.worker_id}, task ${a.task_id.slice(0, 8)}${a.reason ? ` — ${a.reason}` : ''} `,
-      h('button', { type: 'button', 'aria-label': `Approve ${label}`, onclick: () => decide(a, true) }, 'Approve'),
-      h('button', { type: 'button', class: 'danger', 'aria-label': `Deny ${label}`, onclick: () => decide(a, false) }, 'Deny'));
+    return h('tr', { 'data-testid': 'approval', 'data-approval-id': a.approval_id },
+      h('td', {}, h('input', { type: 'checkbox', 'aria-label': `Select ${label}`, checked: selected.has(a.approval_id), onchange: (ev) => {
+        if (ev.target.checked) selected.add(a.approval_id);
+        else selected.delete(a.approval_id);
+        drawToolbar();
+      } })),
+      h('td', {}, h('strong', {}, a.tool_name)),
+      h('td', { class: 'args', title: a.arguments }, clip(a.arguments, 80)),
+      h('td', {}, a.worker_id),
+      h('td', {}, h('a', { href: `#/tasks/${encodeURIComponent(a.task_id)}`, 'aria-label': `Task ${short(a.task_id)}` }, short(a.task_id))),
+      h('td', {}, a.reason || '—'),
+      h('td', { class: 'num', 'data-expires-at': a.expires_at }, duration(a.expires_at - Date.now())),
+      h('td', { class: 'actions' },
+        h('button', { type: 'button', 'aria-label': `Approve ${label}`, onclick: () => decide([a.approval_id], true) }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', 'aria-label': `Deny ${label}`, onclick: () => decide([a.approval_id], false) }, 'Deny')));
   };
+
+  function drawToolbar() {
+    const n = selected.size;
+    approveSelected.textContent = `Approve selected (${n})`;
+    denySelected.textContent = `Deny selected (${n})`;
+    approveSelected.setAttribute('aria-label', `Approve ${n} selected approval(s)`);
+    denySelected.setAttribute('aria-label', `Deny ${n} selected approval(s)`);
+    approveSelected.disabled = denySelected.disabled = n === 0;
+    selectAll.checked = n > 0 && n === pending.length;
+    selectAll.indeterminate = n > 0 && n < pending.length;
+  }
+
+  function draw() {
+    toolbar.hidden = pending.length === 0;
+    box.replaceChildren(pending.length
+      ? h('table', { class: 'list', 'aria-label': 'Pending approvals' },
+        h('thead', {}, h('tr', {}, h('th', {}, selectAll), ...['Tool', 'Arguments', 'Worker', 'Task', 'Why it asks', 'Expires in', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, pending.map(row)))
+      : h('p', { class: 'card' }, 'No pending approvals.'));
+    drawToolbar();
+  }
 
   async function refresh() {
     clearTimeout(timer);
@@ -37,17 +95,26 @@ export function approvalsView(root) {
       const page = await approvalsApi.list(ws);
       if (closed) return;
       if (page === null) {
+        toolbar.hidden = true;
         box.replaceChildren(h('p', { class: 'card', 'data-testid': 'approvals-unavailable' },
           'Approvals are not available on this gateway: it has no /api/approvals API.'));
         return;
       }
-      const items = page.approvals ?? [];
-      box.replaceChildren(items.length ? h('ul', { class: 'card' }, items.map(row)) : h('p', { class: 'card' }, 'No pending approvals.'));
+      pending = page.approvals ?? [];
+      const ids = new Set(pending.map((a) => a.approval_id));
+      for (const id of selected) if (!ids.has(id)) selected.delete(id);
+      // Redraw only when the inbox changed, so a tick or focus is not lost every refresh.
+      const now = [...ids].join();
+      if (now !== shown) draw();
+      else for (const cell of box.querySelectorAll('[data-expires-at]')) cell.textContent = duration(Number(cell.dataset.expiresAt) - Date.now());
+      shown = now;
     } catch (err) {
       say(`Could not load approvals: ${err.message}`);
     }
-    if (!closed) timer = setTimeout(() => void refresh(), 2000);
+    if (!closed) timer = setTimeout(() => void refresh(), POLL_MS);
   }
+  drawToolbar();
+  toolbar.hidden = true;
   void refresh();
   return {
     close() {
