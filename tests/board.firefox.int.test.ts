@@ -111,18 +111,24 @@ describe('the board in Firefox', () => {
     await firefox.shot('03-cancelled');
   });
 
-  it('approves a pending approval; the parked worker resumes and the task completes', async () => {
+  it('approves one pending approval, then the rest in bulk; the parked workers resume and the task completes', async () => {
     const ws = `ws-${randomUUID().slice(0, 8)}`;
-    const taskId = await createTaskNeedingApprovals(stack.url, ws);
+    const taskId = await createTaskNeedingApprovals(stack.url, ws, ['calc', 'x', 'y']);
     await useWorkspace(ws);
     await control(page, 'link', 'Approvals').click();
     await waitForText('main h1', `Approvals in ${ws}`);
-    const approve = control(page, 'button', 'Approve calculate for calc-1');
-    await approve.setTimeout(20_000).wait();
+    for (const w of ['calc-1', 'x-2', 'y-3']) await control(page, 'checkbox', `Select calculate for ${w}`).setTimeout(20_000).wait();
     await firefox.shot('04-approvals');
-    await approve.click();
+    await control(page, 'button', 'Approve calculate for calc-1').click();
+    await page.waitForSelector('::-p-text(Approved calculate for calc-1.)');
+    await page.waitForFunction(`document.querySelectorAll('[data-testid="approval"]').length === 2`);
+
+    await control(page, 'checkbox', 'Select all pending approvals').click();
+    await control(page, 'button', 'Approve 2 selected approval(s)').click();
+    await page.waitForSelector('::-p-text(No pending approvals.)');
     const events = await pollUntilTerminal(stack.url, taskId);
     expect(events.at(-1)!.event_type).toBe('task_completed');
-    expect(events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => (e.payload as { approved: boolean }).approved)).toEqual([true]);
+    const resolved = events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => [e.worker_id, (e.payload as { status: string }).status]);
+    expect(resolved.sort()).toEqual([['calc-1', 'approved'], ['x-2', 'approved'], ['y-3', 'approved']]);
   });
 });

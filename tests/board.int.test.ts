@@ -270,4 +270,30 @@ describe('the board', () => {
     });
     expect(resolved.sort()).toEqual([['a-1', 'approved', ''], ['b-2', 'approved', ''], ['c-3', 'denied', 'not this one']]);
   });
+
+  it('names every control on every view (the accessible names Chromium computes)', async () => {
+    const ws = newWorkspace();
+    const taskId = await createTaskNeedingApprovals(stack.url, ws);
+    await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, agent_id: 'agent-1', query: 'Named controls', requested_by: 'test', files: [], metadata: {} });
+    await useWorkspace(ws);
+    const cdp = await browser.context.newCDPSession(page);
+    const unnamed = async (): Promise<string[]> => {
+      const { nodes } = (await cdp.send('Accessibility.getFullAXTree')) as { nodes: { ignored: boolean; role?: { value: string }; name?: { value: string } }[] };
+      const controls = new Set(['button', 'link', 'textbox', 'combobox', 'checkbox', 'spinbutton', 'searchbox', 'radio', 'switch', 'slider']);
+      return nodes.filter((n) => !n.ignored && controls.has(n.role?.value ?? '') && !n.name?.value?.trim()).map((n) => n.role!.value);
+    };
+    const views: [string, () => Promise<unknown>][] = [
+      ['#/tasks', () => page.getByRole('button', { name: 'Create task' }).waitFor()],
+      [`#/tasks/${taskId}`, () => page.getByRole('treeitem').first().waitFor()],
+      ['#/runs', () => page.locator('tr[data-run-id]').first().waitFor()],
+      ['#/sessions', () => page.getByRole('button', { name: `Start a session in ${ws}` }).waitFor()],
+      ['#/approvals', () => page.getByRole('checkbox', { name: 'Select calculate for calc-1' }).waitFor({ timeout: 20_000 })],
+    ];
+    for (const [hash, ready] of views) {
+      await page.goto(`${stack.url}/${hash}`);
+      await ready();
+      expect(await unnamed(), hash).toEqual([]);
+    }
+    await cdp.detach();
+  });
 });
