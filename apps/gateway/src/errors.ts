@@ -112,6 +112,7 @@ export function toApiError(err: unknown): ApiError | undefined {
       case 'turn_in_progress':
       case 'tool_call_finished':
       case 'queue_full':
+      case 'conflict':
         return new ApiError('conflict', err.message);
       default: {
         const never: never = err.code;

@@ -53,9 +53,6 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
   const tasks = new TaskService({ store, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
-  const approvals = new ApprovalService({
-    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }), store, queue,
-  });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
@@ -70,6 +67,9 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     queue: sessionQueue,
     fanout,
     defaultModel: config.model,
+  });
+  const approvals = new ApprovalService({
+    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }), store, queue, sessions,
   });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const enqueueSweeper = new EnqueueSweeper({ store, queue, graceMs: config.enqueueGraceMs, logger });

@@ -40,9 +40,10 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
+  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const processor = new AgentJobProcessor({
     store,
-    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }),
+    approvals,
     queue,
     cancels,
     model,
@@ -61,6 +62,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       store: sessionStore, queue: sessionQueue, model, hostId: config.hostId, flushMs: config.sessionFlushMs,
       maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
+      workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
     }),
     cancels,
     keys,

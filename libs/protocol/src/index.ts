@@ -44,3 +44,6 @@ export {
   RegisterTools,
 } from './gen/roz/v1/agent.ts';
 export type { DeepPartial } from './gen/roz/v1/agent.ts';
+// Generated from proto/kontekst/kontekst.proto: kontekst's own AgentService (Run) and DaemonService, as one
+// namespace, since its names (AgentService, RunEvent) would clash with roz's.
+export * as kontekst from './gen/kontekst/kontekst.ts';

@@ -1,6 +1,6 @@
 // The session event model: one ordered log per session, served with the same seq by every edge (roz
 // StreamSession, HTTP polling, SSE; later WebSocket and stdio). Edges translate these events into their own frames.
-import type { TokenUsage } from './team-events.ts';
+import type { ApprovalStatus, TokenUsage } from './team-events.ts';
 
 /** idle: waiting for a user message · running: a turn holds (or is about to hold) a worker · waiting_tool: parked
  * on client tool results (no worker held) · closed: terminal. */
@@ -8,7 +8,7 @@ export const SESSION_STATUSES = ['idle', 'running', 'waiting_tool', 'closed'] as
 export type SessionStatus = (typeof SESSION_STATUSES)[number];
 
 /** What the agent is doing, as roz's ActivityUpdate.state. */
-export type ActivityState = 'thinking' | 'calling_tool' | 'idle';
+export type ActivityState = 'thinking' | 'calling_tool' | 'idle' | 'waiting_approval';
 
 export interface ToolOutcome {
   tool_call_id: string;
@@ -46,6 +46,16 @@ export interface SessionEventPayloads {
   input_delivered: { input_id: string; kind: InputKind; turn: number; content: string };
   /** The input was never delivered (an abort cleared the queues). */
   input_dropped: { input_id: string; kind: InputKind; reason: string };
+  /**
+   * A tool call waits for a decision (the session's or the workspace's policy said ask). The calls of one model
+   * answer that ask are appended together, in the model's order: `index` (from 1) of `count`.
+   */
+  approval_requested: {
+    approval_id: string; tool_call_id: string; tool_name: string; arguments: string; reason: string; timeout_secs: number;
+    expires_at: string; index: number; count: number;
+  };
+  /** The decision, a timeout (`expired`, denied) or a cancel (`cancelled`: the turn or the session ended first). */
+  approval_resolved: { approval_id: string; tool_call_id: string; tool_name: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string };
 }
 
 /** Inputs that reach a session outside a plain user message. */

@@ -17,6 +17,8 @@ export type Directives = {
   /** Roles for spawn_worker calls; undefined means the default roles. */
   spawnRoles: string[] | undefined;
   calls: CallDirective[];
+  /** The remaining calls come in one response (parallel tool calls) instead of one per response. */
+  parallel: boolean;
   /** Reasoning streamed before the answer (as `reasoning_content` deltas); '' for none. */
   think: string;
   /** Extra words appended to the final answer, for long answers. */
@@ -55,6 +57,7 @@ export function parseDirectives(messages: readonly ChatMessage[]): Directives {
     chunkDelayMs: 0,
     spawnRoles: undefined,
     calls: [],
+    parallel: false,
     think: '',
     words: 0,
   };
@@ -70,6 +73,10 @@ export function parseDirectives(messages: readonly ChatMessage[]): Directives {
 function applyDirective(directives: Directives, text: string): void {
   if (text === 'hang') {
     directives.hang = true;
+    return;
+  }
+  if (text === 'parallel') {
+    directives.parallel = true;
     return;
   }
   const eq = text.indexOf('=');

@@ -24,9 +24,18 @@ describe('parseDirectives', () => {
         { name: 't1', arguments: '{"x":[1]}' },
         { name: 't2', arguments: '{}' },
       ],
+      parallel: false,
       think: 'Hmm, let me see',
       words: 12,
     });
+  });
+
+  it('makes the remaining calls in one response with parallel, in directive order', () => {
+    const text = '[[scripted:parallel]] [[scripted:call=a({"n":1})]] [[scripted:call=b({"n":2})]]';
+    const first = planReply([user(text)], [], parseDirectives([user(text)]));
+    expect(first.toolCalls.map((c) => [c.id, c.name, c.arguments])).toEqual([['call_0_0', 'a', '{"n":1}'], ['call_0_1', 'b', '{"n":2}']]);
+    const after = planReply([user(text), { role: 'assistant' }, { role: 'tool', content: '1' }, { role: 'tool', content: '2' }], [], parseDirectives([user(text)]));
+    expect(after.finishReason).toBe('stop');
   });
 
   it('streams thinking before the answer and makes long answers', () => {

@@ -42,7 +42,7 @@ export function planReply(messages: readonly ChatMessage[], tools: readonly unkn
 
   // Rule 2: walk the call= directives, one per response, counting tool results as progress.
   const nextCall = directives.calls[toolResults.length];
-  if (nextCall) return toolCallsReply([nextCall]);
+  if (nextCall) return toolCallsReply(directives.parallel ? directives.calls.slice(toolResults.length) : [nextCall]);
 
   // Rule 3: the final answer.
   let content = `Scripted answer to "${quote}"`;

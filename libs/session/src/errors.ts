@@ -9,7 +9,9 @@ export type SessionErrorCode =
   | 'turn_in_progress'
   | 'tool_call_not_found'
   | 'tool_call_finished'
-  | 'queue_full';
+  | 'queue_full'
+  /** A second decision on an approval. */
+  | 'conflict';
 
 export class SessionEngineError extends Error {
   readonly code: SessionErrorCode;

@@ -3,7 +3,8 @@
 // loop the worker pool runs; SessionQueue puts turns and tool deadlines on the agent queue.
 export { SessionEngine, parseArguments, type Scope, type StartInput, type MessageInput, type ToolResultInput, type HistoryInput, type SessionEngineDeps, type QueuedInputOutcome } from './session-engine.ts';
 export { TurnRunner, type TurnRunnerDeps, type TurnRunOutcome } from './turn-runner.ts';
-export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, turnJobId, deadlineJobId, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData } from './session-queue.ts';
+export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JOB, turnJobId, deadlineJobId, approvalDeadlineJobId, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type ApprovalDeadlineJobData } from './session-queue.ts';
+export { approvalRules, approvalView, type SessionApprovalView } from './approvals.ts';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';
 export { SESSION_LIMITS } from './limits.ts';
 export { clientTools, type ToolInput } from './validate.ts';

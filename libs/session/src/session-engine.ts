@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
-import { StoreError, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { StoreError, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { afterDecision, approvalRules, approvalView, type SessionApprovalView } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import type { SessionQueue } from './session-queue.ts';
@@ -24,6 +25,10 @@ export interface StartInput {
   project_context?: string[];
   system_context?: string;
   max_context_tokens?: number;
+  /** The session's own approval rules, checked before the workspace's (first match wins). */
+  approval_policy?: { rules: ApprovalRule[] };
+  /** A denied call ends the turn (stop_reason `denied`) instead of feeding the model an error (kontekst runs). */
+  stop_on_denial?: boolean;
 }
 
 export interface MessageInput {
@@ -96,8 +101,10 @@ export class SessionEngine {
     checkText(systemContext, L.systemContext, 'system_context');
     const maxContext = input.max_context_tokens || (this.deps.defaultMaxContextTokens ?? 200_000);
     if (!Number.isInteger(maxContext) || maxContext < 256 || maxContext > L.maxContextTokens) throw invalid(`max_context_tokens must be 256..${L.maxContextTokens}`);
+    const approvalPolicy = approvalRules(input.approval_policy?.rules ?? [], 'approval_policy.rules');
     return this.deps.store.createSession({
       workspace_id: input.workspace_id, model, tools, transcript, project_context: project, system_context: systemContext, max_context_tokens: maxContext,
+      approval_policy: approvalPolicy, stop_on_denial: input.stop_on_denial === true,
     });
   }
 
@@ -209,6 +216,46 @@ export class SessionEngine {
     return { resumed: wake > 0 };
   }
 
+  /**
+   * Decides an approval of the session's current turn, once (a second decision: conflict). `id` is the approval
+   * id or the call's tool_call_id (roz's PermissionDecision and kontekst's ApproveTool name the call).
+   * `decidedBy` is the deciding key's name, never the key.
+   */
+  async decideApproval(scope: Scope, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string): Promise<SessionApprovalView> {
+    checkText(id, 256, 'approval_id', true);
+    checkText(reason, L.reason, 'reason');
+    const session = await this.get(scope, sessionId);
+    let decided;
+    try {
+      decided = await this.mapped(this.deps.store.decideApproval(sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy));
+    } catch (err) {
+      if (err instanceof StoreError && err.code === 'approval_not_found') throw new SessionEngineError('not_found', `approval ${id} not found`);
+      if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);
+      throw err;
+    }
+    await afterDecision(this.deps.queue, sessionId, decided);
+    return approvalView(session.workspace_id, sessionId, decided.call);
+  }
+
+  /** The approvals of the session's current turn (pending and decided), in the model's order. */
+  async approvals(scope: Scope, sessionId: string): Promise<SessionApprovalView[]> {
+    const session = await this.get(scope, sessionId);
+    const calls = await this.deps.store.turnCalls(sessionId);
+    return calls.filter((c) => c.approval).map((c) => approvalView(session.workspace_id, sessionId, c));
+  }
+
+  /**
+   * Approvals still pending whose approval_requested lies at or before `afterSeq`: a client resuming after it
+   * may have lost it, so the edge sends it again (with its original seq).
+   */
+  async pendingApprovals(scope: Scope, sessionId: string, afterSeq: number): Promise<{ seq: number; payload: SessionEventPayloads['approval_requested'] }[]> {
+    await this.access(scope, sessionId);
+    const calls = (await this.deps.store.turnCalls(sessionId)).filter((c) => c.approval?.status === 'pending');
+    return calls
+      .filter((c) => c.approval!.request_seq !== undefined && c.approval!.request_seq <= afterSeq)
+      .map((c, i) => ({ seq: c.approval!.request_seq!, payload: requestedPayload(c, i + 1, calls.length) }));
+  }
+
   /** roz RegisterTools: replaces the source's tools (an empty list unregisters it). */
   async registerTools(scope: Scope, sessionId: string, input: { source?: string; tools: ToolInput[]; system_context?: string }): Promise<{ tool_count: number }> {
     const source = input.source ?? '';
@@ -310,6 +357,15 @@ export class SessionEngine {
       }
     }
   }
+}
+
+/** The approval_requested payload of a call that waits for approval. */
+export function requestedPayload(call: ClientCall, index: number, count: number): SessionEventPayloads['approval_requested'] {
+  const a = call.approval!;
+  return {
+    approval_id: a.approval_id, tool_call_id: call.tool_call_id, tool_name: call.tool_name, arguments: call.arguments, reason: a.reason,
+    timeout_secs: a.timeout_secs, expires_at: new Date(a.expires_at).toISOString(), index, count,
+  };
 }
 
 export function parseArguments(raw: string): Record<string, unknown> {

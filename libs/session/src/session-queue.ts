@@ -4,6 +4,7 @@ import { AGENT_QUEUE, type KeyBuilder, type RedisClient } from '@cadre/store';
 /** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
 export const SESSION_TURN_JOB = 'session-turn';
 export const TOOL_DEADLINE_JOB = 'session-tool-deadline';
+export const APPROVAL_DEADLINE_JOB = 'session-approval-deadline';
 
 /** Runs (or resumes) the turn that `wake` names. */
 export interface SessionTurnJobData {
@@ -18,7 +19,13 @@ export interface ToolDeadlineJobData {
   timeoutMs: number;
 }
 
-export type SessionJobData = SessionTurnJobData | ToolDeadlineJobData;
+/** An approval's deadline: if it is still pending, it expires (denied with "approval timed out"). */
+export interface ApprovalDeadlineJobData {
+  sessionId: string;
+  approvalId: string;
+}
+
+export type SessionJobData = SessionTurnJobData | ToolDeadlineJobData | ApprovalDeadlineJobData;
 
 const JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600, count: 10_000 }, removeOnFail: { age: 24 * 3600 } } as const;
 
@@ -28,6 +35,7 @@ const JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600, count: 10_000 
  */
 export const turnJobId = (sessionId: string, wake: number): string => `s_${sessionId}_w${wake}`;
 export const deadlineJobId = (sessionId: string, toolCallId: string): string => `s_${sessionId}_d_${toolCallId}`;
+export const approvalDeadlineJobId = (approvalId: string): string => `a_${approvalId}`;
 
 export class SessionQueue {
   private readonly queue: Queue<SessionJobData>;
@@ -50,6 +58,11 @@ export class SessionQueue {
   /** A delayed job, not a sleeping process: waiting for a client costs no worker slot. */
   async scheduleDeadline(sessionId: string, toolCallId: string, delayMs: number, timeoutMs: number): Promise<void> {
     await this.queue.add(TOOL_DEADLINE_JOB, { sessionId, toolCallId, timeoutMs }, { ...JOB_OPTIONS, jobId: deadlineJobId(sessionId, toolCallId), delay: Math.max(0, delayMs) });
+  }
+
+  /** An approval's timeout, also a delayed job: a pending approval holds no worker and no sleeping process. */
+  async scheduleApprovalDeadline(sessionId: string, approvalId: string, delayMs: number): Promise<void> {
+    await this.queue.add(APPROVAL_DEADLINE_JOB, { sessionId, approvalId }, { ...JOB_OPTIONS, jobId: approvalDeadlineJobId(approvalId), delay: Math.max(0, delayMs) });
   }
 
   async close(): Promise<void> {

@@ -38,7 +38,7 @@ export type TurnStep =
   | { kind: 'model' }
   | { kind: 'finish' }
   /** Builtin (or unknown) tool calls to run here, in the model's order. */
-  | { kind: 'run_tools'; calls: ChatCompletionMessageFunctionToolCall[] }
+  | { kind: 'run_tools'; calls: ChatCompletionMessageFunctionToolCall[]; approved: ReadonlySet<string> }
   /** Client calls whose results arrived: they join the transcript. */
   | { kind: 'client_results'; calls: ClientCall[] }
   | { kind: 'park' };
@@ -62,19 +62,20 @@ export function nextStep(state: TurnState): TurnStep {
   const open = calls.filter((c) => !answered.has(c.id));
   if (open.length === 0) return { kind: 'model' };
   const client = new Map(state.calls.map((c) => [c.tool_call_id, c]));
-  const first = client.get(open[0]!.id);
-  if (!first) {
+  // Runs here: a builtin call nothing waits on, or one whose approval was granted.
+  const runnable = (id: string): boolean => !client.has(id) || client.get(id)!.status === 'approved';
+  if (runnable(open[0]!.id)) {
     const run: ChatCompletionMessageFunctionToolCall[] = [];
     for (const call of open) {
-      if (client.has(call.id)) break;
+      if (!runnable(call.id)) break;
       run.push(call);
     }
-    return { kind: 'run_tools', calls: run };
+    return { kind: 'run_tools', calls: run, approved: new Set(run.filter((c) => client.has(c.id)).map((c) => c.id)) };
   }
   const settled: ClientCall[] = [];
   for (const call of open) {
     const c = client.get(call.id);
-    if (!c || c.status === 'pending') break;
+    if (!c || c.status === 'pending' || c.status === 'approved') break;
     settled.push(c);
   }
   return settled.length > 0 ? { kind: 'client_results', calls: settled } : { kind: 'park' };

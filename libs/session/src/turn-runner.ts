@@ -2,10 +2,11 @@ import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
-import type { ClientCall, SessionStore, TurnCommit, TurnState } from '@cadre/store';
+import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
+import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
-import { parseArguments } from './session-engine.ts';
+import { parseArguments, requestedPayload } from './session-engine.ts';
 import type { SessionQueue } from './session-queue.ts';
 import { clientResultText, modelMessages, nextStep, type TranscriptMessage } from './transcript.ts';
 
@@ -25,6 +26,8 @@ export interface TurnRunnerDeps {
    * listener); returns the unsubscribe. Without it steers wait for the next boundary (mode `wait`).
    */
   watchSteering?: (sessionId: string, onSteer: () => void) => () => void;
+  /** The workspace's approval rules (checked after the session's own); without it only the session's apply. */
+  workspaceRules?: (workspaceId: string) => Promise<ApprovalRule[]>;
 }
 
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
@@ -40,12 +43,14 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering'>>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules'>>;
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
+  private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
 
   constructor(deps: TurnRunnerDeps) {
     this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
+    this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
   }
 
   /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
@@ -66,6 +71,11 @@ export class TurnRunner {
       switch (step.kind) {
         case 'model': {
           const modelCalls = (state.transcript.slice(state.turn_started_len) as TranscriptMessage[]).filter((m) => m.role === 'assistant').length;
+          // kontekst runs: a denied call ends the turn once its batch is settled; the model cannot get past it.
+          if (state.stop_on_denial && state.calls.some((c) => c.approval?.status === 'denied' || c.approval?.status === 'expired')) {
+            await this.endTurn(state, lease, [], state.turn_usage, 'denied');
+            return 'finished';
+          }
           if (modelCalls >= this.deps.maxModelCalls) {
             await this.endTurn(state, lease, [], state.turn_usage, 'max_turns');
             return 'finished';
@@ -83,7 +93,7 @@ export class TurnRunner {
           break;
         }
         case 'run_tools':
-          await this.runTools(state, lease, step.calls, signal);
+          await this.runTools(state, lease, step.calls, signal, step.approved);
           break;
         case 'client_results':
           await store.commitTurn(sessionId, lease, {
@@ -92,8 +102,10 @@ export class TurnRunner {
           break;
         case 'park': {
           const pending = state.calls.filter((c) => c.status === 'pending');
-          // Idempotent (job ids per call): a resumed attempt re-schedules what a lost one may not have.
-          await Promise.all(pending.map((c) => this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
+          // Idempotent (job ids per call or approval): a resumed attempt re-schedules what a lost one may not have.
+          await Promise.all(pending.map((c) => c.approval?.status === 'pending'
+            ? this.deps.queue.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
+            : this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
           if (await store.parkTurn(sessionId, lease)) return 'parked';
           break;
         }
@@ -140,6 +152,17 @@ export class TurnRunner {
       return; // answered in time, or the turn or session ended: nothing to expire
     }
     if (wake > 0) await this.deps.queue.enqueueTurn(sessionId, wake);
+  }
+
+  /** An approval's deadline job: still pending, it expires (denied with "approval timed out") and the turn goes on. */
+  async expireApproval(sessionId: string, approvalId: string): Promise<void> {
+    let decided;
+    try {
+      decided = await this.deps.store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '');
+    } catch {
+      return; // decided in time, or the turn or session ended: nothing to expire
+    }
+    await afterDecision(this.deps.queue, sessionId, decided);
   }
 
   /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
@@ -198,20 +221,47 @@ export class TurnRunner {
       return this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
     }
     const clientTools = new Map(state.tools.map((t) => [t.name, t]));
+    const rules = [...state.approval_policy, ...(await this.workspaceRules(state.workspace_id))];
+    const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name));
+    const asked = verdicts.filter((v) => v.action === 'ask').length;
     const now = Date.now();
     const clientCalls: ClientCall[] = [];
     const events: SessionEventInput[] = [...rest];
+    const approvalEvents: SessionEventInput[] = [];
     calls.forEach((call, order) => {
       const tool = clientTools.get(call.function.name);
+      const verdict = verdicts[order]!;
+      const timeout = tool ? tool.timeout_ms || this.deps.defaultToolTimeoutMs : 0;
+      const base = { tool_call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, order, timeout_ms: timeout, deadline_ms: now + timeout, ...(!tool && { builtin: true }) };
+      const request = { tool_call_id: call.id, tool_name: call.function.name, parameters: parseArguments(call.function.arguments), timeout_ms: timeout };
+      if (verdict.action === 'deny') {
+        // The policy's answer needs nobody: the model gets the error at once.
+        const result = `denied: ${verdict.reason}`;
+        clientCalls.push({ ...base, status: 'done', success: false, result });
+        events.push({ event_type: 'tool_result', payload: { tool_call_id: call.id, tool_name: call.function.name, success: false, result } });
+        return;
+      }
+      if (verdict.action === 'ask') {
+        const approval = { approval_id: newSessionApprovalId(sid), status: 'pending' as const, reason: verdict.reason, timeout_secs: verdict.timeout_secs, created_at: now, expires_at: now + verdict.timeout_secs * 1000 };
+        const pending: ClientCall = { ...base, status: 'pending', approval, ...(tool && { request_payload: JSON.stringify(request) }) };
+        clientCalls.push(pending);
+        approvalEvents.push(
+          { event_type: 'approval_requested', payload: requestedPayload(pending, approvalEvents.length / 2 + 1, asked) },
+          // roz's permission protocol: one ActivityUpdate("waiting_approval") per call, naming what to decide.
+          { event_type: 'activity', payload: { state: 'waiting_approval', detail: approval.approval_id } },
+        );
+        return;
+      }
       if (!tool) {
         events.push({ event_type: 'tool_call', payload: { tool_call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments } });
         return;
       }
-      const timeout = tool.timeout_ms || this.deps.defaultToolTimeoutMs;
-      clientCalls.push({ tool_call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, order, timeout_ms: timeout, deadline_ms: now + timeout, status: 'pending' });
-      events.push({ event_type: 'tool_request', payload: { tool_call_id: call.id, tool_name: call.function.name, parameters: parseArguments(call.function.arguments), timeout_ms: timeout } });
+      clientCalls.push({ ...base, status: 'pending' });
+      events.push({ event_type: 'tool_request', payload: request });
     });
-    if (clientCalls.length > 0) events.push({ event_type: 'activity', payload: { state: 'calling_tool', detail: clientCalls.map((c) => c.tool_name).join(', ') } });
+    const requested = clientCalls.filter((c) => !c.builtin && !c.approval && c.status === 'pending');
+    if (requested.length > 0) events.push({ event_type: 'activity', payload: { state: 'calling_tool', detail: requested.map((c) => c.tool_name).join(', ') } });
+    events.push(...approvalEvents);
     await store.commitTurn(sid, lease, {
       messages: [{ role: 'assistant', content: turn.content || null, tool_calls: calls }],
       calls: clientCalls,
@@ -222,9 +272,16 @@ export class TurnRunner {
   }
 
   /** Runs builtin (and unknown) tool calls concurrently; their results join the transcript in the model's order. */
-  private async runTools(state: TurnState, lease: string, calls: ChatCompletionMessageFunctionToolCall[], signal: AbortSignal): Promise<void> {
+  private async runTools(state: TurnState, lease: string, calls: ChatCompletionMessageFunctionToolCall[], signal: AbortSignal, approved: ReadonlySet<string>): Promise<void> {
     const { store } = this.deps;
     // No activity event of its own: the calls' tool_call events (committed with the assistant message) say it.
+    // An approved call's tool_call is appended now, as it starts (its approval_requested came with the answer).
+    const starting = calls.filter((c) => approved.has(c.id));
+    if (starting.length > 0) {
+      await store.commitTurn(state.session_id, lease, {
+        events: starting.map((c) => ({ event_type: 'tool_call', payload: { tool_call_id: c.id, tool_name: c.function.name, arguments: c.function.arguments } })),
+      });
+    }
     const byName = new Map<string, AgentTool>(Object.entries(builtinTools));
     const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, { signal }, undefined))), signal);
     await store.commitTurn(state.session_id, lease, {

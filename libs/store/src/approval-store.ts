@@ -73,6 +73,19 @@ export function taskOfApproval(approvalId: string): string | null {
   return m ? m[1]! : null;
 }
 
+/**
+ * A session's approval id names its session (`s.<sessionId>.<random>`), so a decision from any surface finds
+ * the session's slot; the `s.` keeps it apart from a task's.
+ */
+export function newSessionApprovalId(sessionId: string): string {
+  return `s.${sessionId}.${randomBytes(6).toString('hex')}`;
+}
+
+export function sessionOfApproval(approvalId: string): string | null {
+  const m = /^s\.([0-9a-f-]{36})\.[0-9a-f]{12}$/.exec(approvalId);
+  return m ? m[1]! : null;
+}
+
 /** Approval records, parked workers and workspace policies; every write is one Lua script. */
 export class ApprovalStore {
   readonly keys: KeyBuilder;

@@ -10,4 +10,4 @@ export * from './run-types.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';
 export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage } from './session-store.ts';
 export * from './session-types.ts';
-export { ApprovalStore, evaluatePolicy, globMatches, newApprovalId, taskOfApproval, DEFAULT_APPROVAL_TIMEOUT_SECS, type ApprovalRecord, type ApprovalRule, type ApprovalPolicy, type ParkedState, type PolicyVerdict } from './approval-store.ts';
+export { ApprovalStore, evaluatePolicy, globMatches, newApprovalId, taskOfApproval, newSessionApprovalId, sessionOfApproval, DEFAULT_APPROVAL_TIMEOUT_SECS, type ApprovalRecord, type ApprovalRule, type ApprovalPolicy, type ParkedState, type PolicyVerdict } from './approval-store.ts';

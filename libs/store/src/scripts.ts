@@ -65,6 +65,8 @@ export interface StoreScripts {
   commitTurn(...args: ScriptArg[]): Promise<number>;
   parkTurn(...args: ScriptArg[]): Promise<number>;
   resolveToolCall(...args: ScriptArg[]): Promise<number>;
+  /** [wake or code, call JSON] */
+  decideSessionApproval(...args: ScriptArg[]): Promise<[number, string?]>;
   cancelTurn(...args: ScriptArg[]): Promise<number>;
   closeSession(...args: ScriptArg[]): Promise<number>;
   registerTools(...args: ScriptArg[]): Promise<number>;

@@ -3,9 +3,10 @@ import type { RedisClient } from './connect.ts';
 import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionEventPayloads, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
-import { checkCursor, sessionScriptError } from './errors.ts';
+import { StoreError, checkCursor, sessionScriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
+import type { ApprovalRule } from './approval-store.ts';
 import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
 
 export interface SessionStoreOptions {
@@ -75,6 +76,8 @@ export class SessionStore {
       project_context: JSON.stringify(input.project_context),
       system_context: input.system_context,
       max_context_tokens: String(input.max_context_tokens),
+      approval_policy: JSON.stringify(input.approval_policy),
+      stop_on_denial: input.stop_on_denial ? '1' : '0',
     };
     const started = { session_id: sessionId, workspace_id: input.workspace_id, model: input.model };
     await this.scripts.createSession(
@@ -141,6 +144,8 @@ export class SessionStore {
       turn_started_len: Number(meta.turn_started_len ?? 0),
       transcript: transcript.map((m) => JSON.parse(m) as object),
       calls: parseCalls(calls),
+      approval_policy: JSON.parse(meta.approval_policy ?? '[]') as ApprovalRule[],
+      stop_on_denial: meta.stop_on_denial === '1',
     };
   }
 
@@ -192,6 +197,24 @@ export class SessionStore {
     const wake = await this.scripts.resolveToolCall(...this.k(sessionId), sessionId, outcome.tool_call_id, JSON.stringify(outcome), this.maxEvents, this.keys.sessionAppended(sessionId));
     if (wake < 0) throw sessionScriptError(wake, 'tool result');
     return wake;
+  }
+
+  /**
+   * Decides the approval a call of the current turn waits for (by approval id or by the call's id), once.
+   * Returns the call as it is now and the wake to enqueue (0: the turn still waits, or is not parked).
+   * Throws approval_not_found (none in the current turn) or approval_decided (a second decision).
+   */
+  async decideApproval(sessionId: string, id: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string): Promise<{ call: ClientCall; wake: number }> {
+    const [code, raw] = await this.scripts.decideSessionApproval(...this.k(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId));
+    if (code === -9) throw new StoreError('approval_not_found', `no pending approval ${id} in session ${sessionId}`);
+    if (code === -10) throw new StoreError('approval_decided', `approval ${id} is already ${(JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided'}`);
+    if (code < 0) throw sessionScriptError(code, 'approval decision');
+    return { call: JSON.parse(raw!) as ClientCall, wake: code };
+  }
+
+  /** The current turn's calls (approvals included), in the model's order. */
+  async turnCalls(sessionId: string): Promise<ClientCall[]> {
+    return parseCalls(await this.redis.hvals(this.keys.session(sessionId).calls)).sort((a, b) => a.order - b.order);
   }
 
   /** Ends the turn in progress; false when none was. `onlyWake` limits it to that turn's job. */

@@ -1,4 +1,5 @@
-import type { InterruptMode, SessionStatus, SteeringMode, TokenUsage } from '@cadre/protocol';
+import type { ApprovalStatus, InterruptMode, SessionStatus, SteeringMode, TokenUsage } from '@cadre/protocol';
+import type { ApprovalRule } from './approval-store.ts';
 
 /** A tool the client runs (roz ToolSchema), as the session stores it. `source` groups RegisterTools sets. */
 export interface ClientTool {
@@ -19,9 +20,33 @@ export interface NewSession {
   project_context: string[];
   system_context: string;
   max_context_tokens: number;
+  /** The session's own approval rules, checked before the workspace's. */
+  approval_policy: ApprovalRule[];
+  /** A denied call ends the turn (stop_reason `denied`) instead of feeding the model an error (kontekst runs). */
+  stop_on_denial: boolean;
 }
 
-/** A client tool call of the current turn (the calls hash). `order` is the model's order. */
+/** The approval a call waits for (or had), kept on the call in the calls hash (lua/decideSessionApproval-4.lua). */
+export interface CallApproval {
+  approval_id: string;
+  status: ApprovalStatus;
+  reason: string;
+  timeout_secs: number;
+  /** ms since the epoch */
+  created_at: number;
+  expires_at: number;
+  decided_at?: number;
+  /** The deciding key's name ('' for a timeout or a cancel), never the key. */
+  decided_by?: string;
+  decision_reason?: string;
+  /** The seq of the call's approval_requested event. */
+  request_seq?: number;
+}
+
+/**
+ * A tool call of the current turn that the turn waits on (the calls hash): a client tool's call, or any call
+ * that needs an approval. `order` is the model's order.
+ */
 export interface ClientCall {
   tool_call_id: string;
   tool_name: string;
@@ -30,11 +55,17 @@ export interface ClientCall {
   order: number;
   timeout_ms: number;
   deadline_ms: number;
-  status: 'pending' | 'done' | 'cancelled';
+  /** pending: waits for a client result or a decision · approved: a builtin call the worker may now run. */
+  status: 'pending' | 'approved' | 'done' | 'cancelled';
   success?: boolean;
   result?: string;
   /** The seq of the call's tool_request event (set when it is appended). */
   request_seq?: number;
+  /** A builtin call (the worker runs it) rather than a client's (absent: client). */
+  builtin?: boolean;
+  approval?: CallApproval;
+  /** A client call's tool_request payload (JSON), appended when its approval is granted. */
+  request_payload?: string;
 }
 
 /** A session as users see it (GET /api/sessions/:id). */
@@ -94,4 +125,6 @@ export interface TurnState {
   turn_started_len: number;
   transcript: object[];
   calls: ClientCall[];
+  approval_policy: ApprovalRule[];
+  stop_on_denial: boolean;
 }

@@ -1,6 +1,7 @@
 import { Job } from 'bullmq';
 import { APPROVAL_STATUSES, type ApprovalStatus } from '@cadre/protocol';
-import { StoreError, agentJobId, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type TaskStore, type TeamQueue } from '@cadre/store';
+import type { SessionApprovalView, SessionEngine } from '@cadre/session';
+import { StoreError, agentJobId, sessionOfApproval, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type TaskStore, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 
@@ -8,6 +9,8 @@ export interface ApprovalServiceDeps {
   approvals: ApprovalStore;
   store: TaskStore;
   queue: TeamQueue;
+  /** A session's approvals (ids `s.<sessionId>.…`) live with the session and are decided through its engine. */
+  sessions: SessionEngine;
 }
 
 /**
@@ -42,7 +45,13 @@ export class ApprovalService {
   }
 
   /** One approval; another workspace's reads as not found (its existence is not revealed). */
-  async get(principal: Principal, approvalId: string): Promise<ApprovalRecord> {
+  async get(principal: Principal, approvalId: string): Promise<ApprovalRecord | SessionApprovalView> {
+    const sessionId = sessionOfApproval(approvalId);
+    if (sessionId) {
+      const found = (await this.deps.sessions.approvals(principal, sessionId).catch(() => [])).find((a) => a.approval_id === approvalId);
+      if (!found) throw new ApiError('not_found', `approval ${approvalId} not found`);
+      return found;
+    }
     const record = await this.deps.approvals.get(approvalId);
     if (!record || !canAccess(principal, record.workspace_id)) throw new ApiError('not_found', `approval ${approvalId} not found`);
     return record;
@@ -52,9 +61,14 @@ export class ApprovalService {
    * The inbox: a task's approvals, or those of the workspace's unfinished tasks (a finished task has no pending
    * approval left), oldest first.
    */
-  async list(principal: Principal, q: { workspace_id: string; status?: ApprovalStatus; task_id?: string }): Promise<ApprovalRecord[]> {
+  async list(principal: Principal, q: { workspace_id: string; status?: ApprovalStatus; task_id?: string; session_id?: string }): Promise<(ApprovalRecord | SessionApprovalView)[]> {
     this.checkWorkspace(principal, q.workspace_id);
     if (q.status !== undefined && !APPROVAL_STATUSES.includes(q.status)) throw new ApiError('invalid_argument', `unknown status ${q.status}`);
+    if (q.session_id) {
+      // A session's approvals of its current turn (earlier turns' are in its log).
+      const ofSession = await this.deps.sessions.approvals(principal, q.session_id).catch(() => []);
+      return ofSession.filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status));
+    }
     const taskIds = q.task_id ? [q.task_id] : await this.deps.store.activeTaskIds(q.workspace_id);
     const all = (await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat();
     return all
@@ -63,7 +77,9 @@ export class ApprovalService {
   }
 
   /** Records the one decision; a second is 409. The parked worker is woken once its last approval is decided. */
-  async decide(principal: Principal, approvalId: string, approved: boolean, reason: string | undefined): Promise<ApprovalRecord> {
+  async decide(principal: Principal, approvalId: string, approved: boolean, reason: string | undefined): Promise<ApprovalRecord | SessionApprovalView> {
+    const sessionId = sessionOfApproval(approvalId);
+    if (sessionId) return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
     await this.get(principal, approvalId);
     let decided;
     try {

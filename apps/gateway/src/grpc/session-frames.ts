@@ -49,6 +49,10 @@ export function toSessionResponse(sessionId: string, event: SessionEvent): Sessi
     case 'input_queued':
     case 'input_delivered':
     case 'input_dropped':
+    case 'approval_requested':
+    case 'approval_resolved':
+      // roz's permission protocol is the ActivityUpdate("waiting_approval") that follows each approval_requested
+      // (its detail names the approval to decide); the records themselves have no roz frame.
       return null;
     default: {
       const never: never = event;

@@ -4,6 +4,7 @@ import type { SessionEvent, SessionRequest, SessionResponse } from '@cadre/proto
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
 import type { LogWatcher } from '@cadre/store';
 import type { Authenticator, Principal } from '../auth.ts';
+import { keyName } from '../approvals/approval-service.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
 import { sessionError, startInput, toolInputs, toolRequest, toSessionResponse } from './session-frames.ts';
@@ -126,8 +127,12 @@ class SessionCall {
         case 'feedback':
           // roz stores ratings; Cadre accepts them without an answer, so roz IDEs keep working.
           return;
-        case 'permissionDecision':
-          return this.send(sessionError('not_found', `no approval ${r.value.approvalId.slice(0, 64)} is pending in this session`));
+        case 'permissionDecision': {
+          // approval_id is the ActivityUpdate's detail; roz's first shape sent the tool_call_id there: both work.
+          if (r.value.modifier) throw new SessionEngineError('invalid_argument', 'a modifier (amended arguments) is not supported for session approvals');
+          await this.deps.sessions.decideApproval(scope, sid, r.value.approvalId, r.value.approved, r.value.approved ? '' : 'denied by the user', keyName(scope));
+          return;
+        }
         case 'webrtcAnswer':
         case 'iceCandidate':
         case 'cameraRequest':
@@ -154,6 +159,10 @@ class SessionCall {
       // A client resuming after a ToolRequest that still waits may have lost it: send it again first.
       for (const pending of await this.deps.sessions.pendingToolRequests(this.principal!, sid, afterSeq)) {
         this.send({ response: { $case: 'toolRequest', value: toolRequest(pending.payload) }, seq: pending.seq, sessionId: sid });
+      }
+      // And an approval still waiting: its ActivityUpdate("waiting_approval") again, at its approval_requested's seq.
+      for (const pending of await this.deps.sessions.pendingApprovals(this.principal!, sid, afterSeq)) {
+        this.send({ response: { $case: 'activityUpdate', value: { state: 'waiting_approval', detail: pending.payload.approval_id } }, seq: pending.seq, sessionId: sid });
       }
       const watcher = this.watcher;
       if (watcher) {

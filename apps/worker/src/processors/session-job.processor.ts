@@ -1,6 +1,6 @@
 import { WaitingError, type Job } from 'bullmq';
 import type { Logger } from '@cadre/observability';
-import { SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
+import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
 import { StoreError, type KeyBuilder } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
 
@@ -17,8 +17,8 @@ export interface SessionJobResult {
 }
 
 /**
- * Runs session jobs from the agent queue: a turn (start or continuation) through the durable TurnRunner, or a
- * client tool's deadline. The job's lock token is the turn's lease; a cancel (any gateway) aborts the loop
+ * Runs session jobs from the agent queue: a turn (start or continuation) through the durable TurnRunner, a
+ * client tool's deadline, or an approval's. The job's lock token is the turn's lease; a cancel (any gateway) aborts the loop
  * through the cancel registry within milliseconds, and the lease check there catches a missed message.
  */
 export class SessionJobProcessor {
@@ -30,7 +30,7 @@ export class SessionJobProcessor {
   }
 
   static handles(job: Job): boolean {
-    return job.name === SESSION_TURN_JOB || job.name === TOOL_DEADLINE_JOB;
+    return job.name === SESSION_TURN_JOB || job.name === TOOL_DEADLINE_JOB || job.name === APPROVAL_DEADLINE_JOB;
   }
 
   abortJob(jobId: string, cause: AbortCause): void {
@@ -45,6 +45,11 @@ export class SessionJobProcessor {
     if (job.name === TOOL_DEADLINE_JOB) {
       const { sessionId, toolCallId, timeoutMs } = job.data as ToolDeadlineJobData;
       await this.deps.runner.expireToolCall(sessionId, toolCallId, timeoutMs);
+      return { sessionId, outcome: 'expired' };
+    }
+    if (job.name === APPROVAL_DEADLINE_JOB) {
+      const { sessionId, approvalId } = job.data as ApprovalDeadlineJobData;
+      await this.deps.runner.expireApproval(sessionId, approvalId);
       return { sessionId, outcome: 'expired' };
     }
     if (!token) throw new Error('session jobs need a lock token');

@@ -25,12 +25,13 @@ local seq = 0
 for _, e in ipairs(cjson.decode(ARGV[6])) do
   seq = appendEvent(ARGV[1], ARGV[7], ARGV[8], e.t, e.p)
   -- A client call remembers the seq of its tool_request, so a client resuming after it is sent the request again.
-  if e.t == 'tool_request' then
+  -- A call waiting for approval remembers its approval_requested the same way.
+  if e.t == 'tool_request' or e.t == 'approval_requested' then
     local id = cjson.decode(e.p).tool_call_id
     local raw = redis.call('HGET', callsKey, id)
     if raw then
       local call = cjson.decode(raw)
-      call.request_seq = seq
+      if e.t == 'tool_request' then call.request_seq = seq else call.approval.request_seq = seq end
       redis.call('HSET', callsKey, id, cjson.encode(call))
     end
   end

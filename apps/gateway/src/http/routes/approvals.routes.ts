@@ -25,7 +25,7 @@ export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps)
     async (request) => ({ policy: await deps.approvals.setPolicy(request.principal, request.params.workspace_id, request.body) }),
   );
 
-  app.get<{ Querystring: { workspace_id: string; status?: ApprovalStatus; task_id?: string } }>(
+  app.get<{ Querystring: { workspace_id: string; status?: ApprovalStatus; task_id?: string; session_id?: string } }>(
     '/api/approvals',
     { schema: { querystring: listApprovalsQuery } },
     async (request) => ({ approvals: await deps.approvals.list(request.principal, request.query) }),

@@ -21,6 +21,7 @@ export const listApprovalsQuery = {
     workspace_id: workspaceId,
     status: { type: 'string', enum: [...APPROVAL_STATUSES] },
     task_id: { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' },
+    session_id: { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' },
   },
 } as const;
 

@@ -1,5 +1,6 @@
 // JSON schemas of the HTTP session API, one per part. Shapes and sizes here; content rules (tool schemas, the
 // exit_code/success rule) are the session engine's, so every edge refuses the same things.
+import { approvalPolicySchema } from './tasks.schema.ts';
 import type { HistoryInput, StartInput, ToolInput, ToolResultInput } from '@cadre/session';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
@@ -39,6 +40,8 @@ export const createSessionBody = {
     project_context: { type: 'array', maxItems: 32, items: text(100_000) },
     system_context: text(20_000),
     max_context_tokens: { type: 'integer', minimum: 256, maximum: 10_000_000 },
+    // The session's own approval rules, checked before the workspace's.
+    approval_policy: approvalPolicySchema,
   },
 } as const;
 

@@ -12,7 +12,7 @@ local function appendEvent(sessionId, maxLen, channel, eventType, payload)
   return appendToLog(metaKey, eventsKey, sessionId, maxLen, channel, { 't', eventType, 'p', payload })
 end
 
--- Client tool calls still waiting for their result, in the order they were requested.
+-- Calls still waiting for a client's result or an approval, in the model's order.
 local function pendingCalls()
   local pending = {}
   local flat = redis.call('HGETALL', callsKey)
@@ -36,6 +36,15 @@ local function endTurn(sessionId, maxLen, channel, stopReason, now)
   if status ~= 'running' and status ~= 'waiting_tool' then return false end
   for _, call in ipairs(pendingCalls()) do
     call.status, call.success, call.result = 'cancelled', false, 'error: the turn ended (' .. stopReason .. ') before this call returned'
+    -- An approval still waiting is cancelled with its call: a late decision finds it decided (409).
+    if call.approval and call.approval.status == 'pending' then
+      call.approval.status, call.approval.decided_at, call.approval.decided_by = 'cancelled', now, ''
+      call.approval.decision_reason = 'the turn ended (' .. stopReason .. ')'
+      appendEvent(sessionId, maxLen, channel, 'approval_resolved', cjson.encode({
+        approval_id = call.approval.approval_id, tool_call_id = call.tool_call_id, tool_name = call.tool_name,
+        approved = false, status = 'cancelled', reason = call.approval.decision_reason, decided_by = '',
+      }))
+    end
     redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
   end
   local m = redis.call('HMGET', metaKey, 'message_id', 'turn_usage')

@@ -1,0 +1,56 @@
+--[[
+  Decides the approval a call of the current turn waits for, once: approved, denied, or expired (its deadline
+  job). Approved: a builtin call becomes `approved` (the worker runs it when the turn goes on); a client call
+  becomes a plain client call, its tool_request is appended now and its own deadline starts. Denied or expired:
+  the call is settled with a tool error the model sees. When that was the last call the parked turn waited for,
+  the turn is woken (status `running`, `wake` + 1) and the caller enqueues the continuation.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
+  ARGV[1] sessionId   ARGV[2] approval_id, or the call's tool_call_id   ARGV[3] approved | denied | expired
+  ARGV[4] reason   ARGV[5] decided_by (a key's name)   ARGV[6] max events   ARGV[7] channel
+  Returns { wake to enqueue (> 0) or 0, the call JSON }, or { -1 } no such session, { -2 } session closed,
+  { -9 } no such approval in the current turn, { -10, call JSON } already decided.
+]]
+--@include session-log
+
+if redis.call('EXISTS', metaKey) == 0 then return { -1 } end
+if redis.call('HGET', metaKey, 'status') == 'closed' then return { -2 } end
+local raw = redis.call('HGET', callsKey, ARGV[2])
+if not raw then
+  local flat = redis.call('HGETALL', callsKey)
+  for i = 2, #flat, 2 do
+    local c = cjson.decode(flat[i])
+    if c.approval and c.approval.approval_id == ARGV[2] then raw = flat[i] break end
+  end
+end
+if not raw then return { -9 } end
+local call = cjson.decode(raw)
+if not call.approval then return { -9 } end
+if call.approval.status ~= 'pending' then return { -10, raw } end
+local now = nowMs()
+local approved = ARGV[3] == 'approved'
+call.approval.status, call.approval.decided_at = ARGV[3], now
+call.approval.decided_by, call.approval.decision_reason = ARGV[5], ARGV[4]
+local maxLen, channel = ARGV[6], ARGV[7]
+appendEvent(ARGV[1], maxLen, channel, 'approval_resolved', cjson.encode({
+  approval_id = call.approval.approval_id, tool_call_id = call.tool_call_id, tool_name = call.tool_name,
+  approved = approved, status = ARGV[3], reason = ARGV[4], decided_by = ARGV[5],
+}))
+if approved and call.builtin then
+  call.status = 'approved'
+  redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
+elseif approved then
+  call.deadline_ms = now + call.timeout_ms
+  call.request_seq = appendEvent(ARGV[1], maxLen, channel, 'tool_request', call.request_payload)
+  redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
+else
+  local text = ARGV[3] == 'expired' and 'approval timed out' or ('denied: ' .. ARGV[4])
+  call.status, call.success, call.result = 'done', false, text
+  redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
+  appendEvent(ARGV[1], maxLen, channel, 'tool_result', cjson.encode({
+    tool_call_id = call.tool_call_id, tool_name = call.tool_name, success = false, result = text,
+  }))
+end
+local encoded = cjson.encode(call)
+if redis.call('HGET', metaKey, 'status') ~= 'waiting_tool' or #pendingCalls() > 0 then return { 0, encoded } end
+redis.call('HSET', metaKey, 'status', 'running', 'updated_at', now)
+return { redis.call('HINCRBY', metaKey, 'wake', 1), encoded }

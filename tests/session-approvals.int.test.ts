@@ -1,0 +1,219 @@
+import * as grpc from '@grpc/grpc-js';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertContiguous, grpcClient, httpClient } from '@cadre/testing';
+import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
+import type { AgentServiceClient } from '@cadre/protocol';
+import { TestStack } from './support/stack.ts';
+import { SessionStream, isCase } from './support/session-client.ts';
+
+// Session approvals: a tool call an `ask` rule matches parks the turn (no worker slot) until it is decided, from
+// roz's PermissionDecision or the approvals HTTP API; the decision resumes the turn at its tool calls.
+const OTHER_KEY = 'key-other-workspace-0123456789';
+let stack: TestStack;
+let client: AgentServiceClient;
+let redis: Redis;
+let queue: Queue;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ gateways: 2, workers: 0, env: { CADRE_API_KEYS: `other:${OTHER_KEY}` } });
+  client = grpcClient(stack.grpcTarget);
+  redis = new Redis(stack.redis.url);
+  queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+});
+afterAll(async () => {
+  client?.close();
+  await queue?.close();
+  redis?.disconnect();
+  await stack?.stop();
+});
+
+interface Ev {
+  seq: number;
+  event_type: string;
+  payload: Record<string, any>;
+}
+interface Approval {
+  approval_id: string;
+  session_id: string;
+  status: string;
+  tool_name: string;
+  call_id: string;
+  arguments: string;
+  decided_by?: string;
+  decision_reason?: string;
+}
+
+const api = () => httpClient(stack.url);
+const second = () => httpClient(`http://127.0.0.1:${stack.gateways[1]!.port}`);
+
+async function events(sessionId: string): Promise<Ev[]> {
+  return (await api().get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
+}
+
+async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean, timeoutMs = 20_000): Promise<Ev[]> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const all = await events(sessionId);
+    if (all.some(pred)) return all;
+    await new Promise((r) => setTimeout(r, 30));
+  }
+  throw new Error(`no matching event in session ${sessionId}: ${(await events(sessionId)).map((e) => e.event_type).join(',')}`);
+}
+
+/** Parked: the session waits and no job is active (a pending approval holds no worker slot). */
+async function parkedWithNoActiveJob(sessionId: string): Promise<void> {
+  while ((await api().get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status !== 'waiting_tool') await new Promise((r) => setTimeout(r, 20));
+  while ((await queue.getActiveCount()) > 0) await new Promise((r) => setTimeout(r, 20));
+}
+
+async function httpSession(rules: object[], workspace = 'sess-appr'): Promise<string> {
+  const created = await api().post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: workspace, approval_policy: { rules } });
+  expect(created.status).toBe(201);
+  return created.body.session.session_id;
+}
+
+const CALC = (expr: string) => `[[scripted:call=calculate({"expression":"${expr}"})]]`;
+const text = (evs: Ev[], fromSeq = 0): string => evs.filter((e) => e.event_type === 'text_delta' && e.seq > fromSeq).map((e) => e.payload.content).join('');
+
+describe('session approvals', () => {
+  it('roz StreamSession: ActivityUpdate("waiting_approval") then PermissionDecision runs the tool without re-running the model call', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const put = await api().request('PUT', '/api/workspaces/roz-appr/approval-policy', { rules: [{ tool: 'calc*', action: 'ask', reason: 'check the maths', timeout_secs: 120 }] });
+      expect(put.status).toBe(200);
+      const s = new SessionStream(client);
+      s.send({ $case: 'start', value: { environmentId: 'roz-appr' } });
+      const sessionId = ((await s.waitForCase('sessionStarted')).response!.value as { sessionId: string }).sessionId;
+      const callsBefore = stack.model.requestCount();
+      s.send({ $case: 'userMessage', value: { content: `What is 6*7? ${CALC('6*7')}`, messageId: 'm1' } });
+      const waiting = await s.waitFor((f) => f.response?.$case === 'activityUpdate' && (f.response.value as { state: string }).state === 'waiting_approval');
+      const approvalId = (waiting.response!.value as { detail: string }).detail;
+      expect(approvalId).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12}$`));
+      await parkedWithNoActiveJob(sessionId);
+      // The tool has not run: no tool_result yet, one model call so far.
+      expect((await events(sessionId)).some((e) => e.event_type === 'tool_result')).toBe(false);
+      expect(stack.model.requestCount() - callsBefore).toBe(1);
+
+      s.send({ $case: 'permissionDecision', value: { approvalId, approved: true } });
+      const done = await s.waitForCase('turnComplete');
+      expect((done.response!.value as { stopReason: string }).stopReason).toBe('end_turn');
+      expect(s.of('textDelta').map((d) => d.content).join('')).toContain('using 1 tool result(s): 42');
+      // Two model calls in all: the one before the approval was not repeated.
+      expect(stack.model.requestCount() - callsBefore).toBe(2);
+      const log = await events(sessionId);
+      assertContiguous(log.map((e) => e.seq));
+      const types = log.map((e) => e.event_type);
+      expect(types.indexOf('approval_requested')).toBeLessThan(types.indexOf('approval_resolved'));
+      expect(types.indexOf('approval_resolved')).toBeLessThan(types.indexOf('tool_call'));
+      expect(types.indexOf('tool_call')).toBeLessThan(types.indexOf('tool_result'));
+      expect(log.find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ approval_id: approvalId, approved: true, status: 'approved', decided_by: 'operator-key' });
+
+      // A second decision: refused in band (conflict), the stream stays open.
+      s.send({ $case: 'permissionDecision', value: { approvalId, approved: false } });
+      const err = await s.waitFor(isCase('error'), 5000, s.frames.indexOf(done));
+      expect(err.response!.value).toMatchObject({ code: 'conflict', message: expect.stringContaining('already approved') });
+      s.end();
+      expect((await s.status).code).toBe(grpc.status.OK);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('several calls of one turn each get a record; all are decided (over HTTP, on another gateway) before the turn goes on', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }]);
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Two sums [[scripted:parallel]] ${CALC('1+1')} ${CALC('2+3')}` });
+      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested' && e.payload.index === 2)).filter((e) => e.event_type === 'approval_requested');
+      expect(asked.map((e) => [e.payload.index, e.payload.count, e.payload.arguments])).toEqual([[1, 2, '{"expression":"1+1"}'], [2, 2, '{"expression":"2+3"}']]);
+      await parkedWithNoActiveJob(sessionId);
+
+      const inbox = await second().get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=sess-appr&session_id=${sessionId}&status=pending`);
+      expect(inbox.status).toBe(200);
+      expect(inbox.body.approvals.map((a) => a.approval_id)).toEqual(asked.map((e) => e.payload.approval_id));
+      expect(inbox.body.approvals[0]).toMatchObject({ session_id: sessionId, tool_name: 'calculate', status: 'pending' });
+
+      const first = await second().post<{ approval: Approval }>(`/api/approvals/${asked[0]!.payload.approval_id}/decision`, { approved: true });
+      expect(first.status).toBe(200);
+      expect(first.body.approval).toMatchObject({ status: 'approved', decided_by: 'operator-key' });
+      // One of two decided: the turn still waits, nothing ran.
+      await parkedWithNoActiveJob(sessionId);
+      expect((await events(sessionId)).some((e) => e.event_type === 'tool_call' || e.event_type === 'tool_result')).toBe(false);
+
+      const denied = await second().post<{ approval: Approval }>(`/api/approvals/${asked[1]!.payload.approval_id}/decision`, { approved: false, reason: 'not that one' });
+      expect(denied.body.approval).toMatchObject({ status: 'denied', decision_reason: 'not that one' });
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      const results = log.filter((e) => e.event_type === 'tool_result').map((e) => [e.payload.tool_call_id, e.payload.success, e.payload.result]);
+      expect(results).toEqual(expect.arrayContaining([[asked[1]!.payload.tool_call_id, false, 'denied: not that one'], [asked[0]!.payload.tool_call_id, true, '2']]));
+      // The model saw both: the result and the denial as a tool error.
+      expect(text(log)).toContain('using 2 tool result(s): 2; error: denied: not that one');
+      expect((await second().get(`/api/approvals/${asked[0]!.payload.approval_id}`)).body).toMatchObject({ approval: { status: 'approved' } });
+      expect((await second().post(`/api/approvals/${asked[1]!.payload.approval_id}/decision`, { approved: true })).status).toBe(409);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('a pending approval times out through a delayed job: the model gets "approval timed out"', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 1 }]);
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      expect(log.find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ approved: false, status: 'expired', reason: 'approval timed out', decided_by: '' });
+      expect(text(log)).toContain('error: approval timed out');
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('CancelTurn cancels pending approvals; a later decision is 409', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const sessionId = await httpSession([{ tool: '*', action: 'ask' }]);
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
+      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await parkedWithNoActiveJob(sessionId);
+      expect((await api().post(`/api/sessions/${sessionId}/cancel`, {})).status).toBe(200);
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      expect(log.find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ approval_id: asked.payload.approval_id, status: 'cancelled', approved: false });
+      expect(log.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('cancelled');
+      const late = await api().post<{ error: { message: string } }>(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true });
+      expect(late.status).toBe(409);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('a reconnecting StreamSession client is sent its pending approval again; a decision from another workspace is 404', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask' }], 'roz-appr');
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('4+4')}` });
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'activity' && e.payload.state === 'waiting_approval');
+      const asked = log.find((e) => e.event_type === 'approval_requested')!;
+      const foreign = await httpClient(stack.url, OTHER_KEY).post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true });
+      expect(foreign.status).toBe(404);
+      const s = new SessionStream(client);
+      // Resume after everything there is: the waiting approval comes again with its approval_requested's seq.
+      s.send({ $case: 'start', value: { environmentId: 'roz-appr', sessionId, afterSeq: log.at(-1)!.seq } });
+      const again = await s.waitForCase('activityUpdate');
+      expect(again.seq).toBe(asked.seq);
+      expect(again.response!.value).toMatchObject({ state: 'waiting_approval', detail: asked.payload.approval_id });
+      // roz's first shape named the call: PermissionDecision with the tool_call_id decides it too.
+      s.send({ $case: 'permissionDecision', value: { approvalId: asked.payload.tool_call_id, approved: true } });
+      await s.waitForCase('turnComplete');
+      expect(s.of('textDelta').map((d) => d.content).join('')).toContain('8');
+      s.cancel();
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+});
