@@ -1,12 +1,18 @@
 /**
- * Follows a task's SSE stream with fetch, because EventSource cannot send the Authorization header and the key
- * must never go into a URL. Resumes from the last seq it handed out (Last-Event-ID) after a dropped connection,
- * a server `error` event or a gateway restart; stops after the terminal event or when the server answers 204
- * (nothing more will come).
+ * Follows a Cadre SSE stream (a task's or a session's) with fetch, because EventSource cannot send the
+ * Authorization header and the key must never go into a URL. Resumes from the last seq it handed out
+ * (Last-Event-ID) after a dropped connection, a server `error` event or a gateway restart; stops after the terminal
+ * event or when the server answers 204 (nothing more will come). Plain web APIs only: the board runs it in the
+ * browser and the `cadre` CLI in Node (through @cadre/board; types in event-stream.d.ts).
  *
- * @param {{ url: string, headers: () => Record<string,string>, afterSeq: number,
- *   onEvent: (e: object) => void, onState: (s: string) => void, isTerminal: (type: string) => boolean }} opts
- * @returns {{ close(): void }}
+ * `onState(kind, text)` reports `live`, `retrying` (with why and from which seq), `ended` or `stopped` (a client
+ * error that retrying will not heal: bad key, unknown task, a cursor outside the log).
+ * `done` resolves when following stops: `{ended: true}` after the terminal event or a 204, `{ended: false}` after
+ * close(), `{ended: false, error}` when stopped by a client error (its `status` is the HTTP status).
+ *
+ * @param {{ url: string, headers: () => Record<string,string>, afterSeq: number, onEvent: (e: object) => void,
+ *   onState?: (kind: string, text: string) => void, isTerminal: (type: string) => boolean }} opts
+ * @returns {{ close(): void, done: Promise<{ ended: boolean, error?: Error }> }}
  */
 export function followStream(opts) {
   let lastSeq = opts.afterSeq;
@@ -14,9 +20,11 @@ export function followStream(opts) {
   let controller = null;
   let retryMs = 500;
 
+  const state = (kind, text) => opts.onState?.(kind, text);
+
   const deliver = (frame) => {
     if (frame.event === 'error') {
-      opts.onState(`stream interrupted (${safeMessage(frame.data)}); resuming from seq ${lastSeq}`);
+      state('retrying', `stream interrupted (${safeMessage(frame.data)}); resuming after seq ${lastSeq}`);
       return 'reconnect';
     }
     if (!frame.data) return 'more';
@@ -42,13 +50,13 @@ export function followStream(opts) {
       err.status = res.status;
       throw err;
     }
-    opts.onState('live');
+    state('live', 'live');
     retryMs = 500;
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = '';
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) return 'reconnect';
+      if (done) return 'closed';
       buffer += value.replace(/\r\n?/g, '\n');
       let cut;
       while ((cut = buffer.indexOf('\n\n')) >= 0) {
@@ -63,30 +71,33 @@ export function followStream(opts) {
     }
   };
 
-  (async () => {
+  const done = (async () => {
     while (!closed) {
       try {
         const outcome = await connectOnce();
         if (outcome === 'done') {
-          opts.onState('ended');
-          return;
+          state('ended', 'ended');
+          return { ended: true };
         }
+        if (outcome === 'closed' && !closed) state('retrying', `connection closed; resuming after seq ${lastSeq}`);
       } catch (err) {
-        if (closed) return;
+        if (closed) break;
         // Client errors will not heal by retrying (bad key, unknown task, a cursor outside the log).
         if (err.status && err.status < 500 && err.status !== 429) {
-          opts.onState(`stopped: ${err.message}`);
-          return;
+          state('stopped', `stopped: ${err.message}`);
+          return { ended: false, error: err };
         }
-        opts.onState(`reconnecting (${err.message})`);
+        state('retrying', `reconnecting after seq ${lastSeq} (${err.message})`);
       }
-      if (closed) return;
+      if (closed) break;
       await new Promise((r) => setTimeout(r, retryMs));
       retryMs = Math.min(retryMs * 2, 5000);
     }
+    return { ended: false };
   })();
 
   return {
+    done,
     close() {
       closed = true;
       controller?.abort();

@@ -20,3 +20,6 @@ export const BOARD_HEADERS: Readonly<Record<string, string>> = {
 /** The team model the board draws, for other UIs (the `cadre` CLI): one fold of roster and events, tested once. */
 export { applyEvent, applyRoster, clip, describe, duration, emptyTeam, isTerminal, shownStatus, STALLED_AFTER_MS, tree } from '../public/team.js';
 export type { Agent, Ending, Team, TaskSnapshot, TeamEventLike } from '../public/team.js';
+/** Following a task's or session's SSE stream with resume, for the same readers. */
+export { followStream } from '../public/event-stream.js';
+export type { StreamHandle, StreamOptions, StreamStateKind } from '../public/event-stream.js';

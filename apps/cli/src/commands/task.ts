@@ -2,9 +2,8 @@ import { InvalidArgumentError, type Command } from 'commander';
 import logUpdate from 'log-update';
 import type { CadreClient, Json } from '../client.ts';
 import { EXIT, dash, printJson, printTable, statusColour } from '../output.ts';
-import { followStream } from '../watch/event-stream.ts';
 import { eventLine, renderTree, summary } from '../watch/render.ts';
-import { applyEvent, applyRoster, clip, emptyTeam, isTerminal } from '@cadre/board';
+import { applyEvent, applyRoster, clip, emptyTeam, followStream, isTerminal } from '@cadre/board';
 
 interface Globals {
   json?: boolean;
@@ -87,29 +86,29 @@ export async function watchTask(client: CadreClient, taskId: string, afterSeq: n
   const team = emptyTeam();
   applyRoster(team, await client.tasks.get(taskId));
   const live = !json && process.stdout.isTTY === true;
-  const ac = new AbortController();
-  const stop = (): void => ac.abort();
-  process.once('SIGINT', stop);
   const draw = (): void => logUpdate(renderTree(team, Date.now()));
+  const stream = followStream({
+    url: `${client.config.url}/api/tasks/${encodeURIComponent(taskId)}/stream`,
+    headers: () => client.taskHeaders(),
+    afterSeq,
+    isTerminal,
+    onEvent(e) {
+      applyEvent(team, e);
+      if (json) process.stdout.write(`${JSON.stringify(e)}\n`);
+      else if (live) draw();
+      else process.stdout.write(`${eventLine(e)}\n`);
+    },
+    onState(kind, text) {
+      if (kind === 'retrying' && !json) process.stderr.write(`stream: ${text}\n`);
+    },
+  });
+  const stop = (): void => stream.close();
+  process.once('SIGINT', stop);
   const ticker = live ? setInterval(draw, 1000) : undefined;
   if (live) draw();
   try {
-    await followStream({
-      url: `${client.config.url}/api/tasks/${encodeURIComponent(taskId)}/stream`,
-      headers: client.taskHeaders(),
-      afterSeq,
-      signal: ac.signal,
-      isTerminal,
-      onEvent(e) {
-        applyEvent(team, e);
-        if (json) process.stdout.write(`${JSON.stringify(e)}\n`);
-        else if (live) draw();
-        else process.stdout.write(`${eventLine(e)}\n`);
-      },
-      onReconnect(reason, lastSeq) {
-        if (!json) process.stderr.write(`stream: ${reason}; resuming after seq ${lastSeq}\n`);
-      },
-    });
+    const outcome = await stream.done;
+    if (outcome.error) throw outcome.error;
   } finally {
     clearInterval(ticker);
     process.off('SIGINT', stop);

@@ -99,7 +99,7 @@ export function sessionView(root, sessionId) {
       headers: taskHeaders,
       afterSeq: 0,
       onEvent,
-      onState: (s) => (streamState.textContent = s),
+      onState: (_kind, text) => (streamState.textContent = text),
       isTerminal: (type) => type === 'session_closed',
     });
   })();

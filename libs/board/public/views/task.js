@@ -148,7 +148,7 @@ export function taskView(root, taskId) {
       headers: taskHeaders,
       afterSeq: events.at(-1)?.seq ?? 0,
       onEvent,
-      onState: (s) => (streamState.textContent = s),
+      onState: (_kind, text) => (streamState.textContent = text),
       isTerminal,
     });
   })();
