@@ -5,6 +5,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['apps/*/src/**/*.test.ts', 'libs/*/src/**/*.test.ts', 'tests/**/*.test.ts'],
+    // Redis Cluster failover tests run in `npm run test:cluster` (vitest.cluster.config.ts).
+    exclude: ['tests/cluster/**', '**/node_modules/**'],
     pool: 'forks',
     testTimeout: 30_000,
     hookTimeout: 30_000,

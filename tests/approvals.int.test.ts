@@ -1,5 +1,4 @@
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, waitForEvent, watchTeam } from '@cadre/testing';
@@ -62,7 +61,7 @@ describe('tool approvals for team workers', () => {
     // The inbox of the workspace shows it pending; the worker's job is delayed, holding no slot.
     const inbox = await httpClient(second, KEY_A).get<{ approvals: Approval[] }>('/api/approvals?workspace_id=wsa&status=pending');
     expect(inbox.body.approvals.map((a) => a.approval_id)).toEqual([ask.payload.approval_id]);
-    const redis = new Redis(stack.redis.url);
+    const redis = stack.redis.connect();
     const queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
     try {
       expect(await queue.getJobCounts('delayed', 'active')).toEqual({ delayed: 1, active: 0 });

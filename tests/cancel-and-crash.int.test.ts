@@ -1,18 +1,17 @@
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent } from '@cadre/testing';
+import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, type TestRedisClient } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 // Workers here are real OS processes, so cancel must cross processes and kill -9 is a real crash.
 let stack: TestStack;
 let queue: Queue;
-let redis: Redis;
+let redis: TestRedisClient;
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 0 });
-  redis = new Redis(stack.redis.url);
+  redis = stack.redis.connect();
   queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
 });
 afterAll(async () => {

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
 import { runsCall } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
@@ -55,7 +54,7 @@ describe('runs API: the original contract', () => {
     expect((await call('POST', `/api/runs/${run.run_id}/events`, { event_type: 'tool-call', payload: {} })).body.run).toMatchObject({ status: 'completed', last_event_seq: 6 });
     expect((await call('GET', `/api/runs/${run.run_id}`)).body).toMatchObject({ status: 'completed', last_event_seq: 6 });
     // What is left in Redis: the finished run's keys, its index entry included, expire after the retention.
-    const redis = new Redis(stack.redis.url);
+    const redis = stack.redis.connect();
     try {
       const keys = new KeyBuilder(stack.prefix);
       for (const key of [keys.runIndex(run.run_id), keys.run('ws-a', run.run_id).meta, keys.run('ws-a', run.run_id).events]) {

@@ -1,8 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, httpClient } from '@cadre/testing';
+import { assertContiguous, grpcClient, httpClient, keysMatching, type TestRedisClient } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
@@ -11,12 +10,12 @@ import { SessionStream, isCase } from './support/session-client.ts';
 // Workers and one gateway are real OS processes here: kill -9 is a real crash, cancel crosses processes.
 let stack: TestStack;
 let queue: Queue;
-let redis: Redis;
+let redis: TestRedisClient;
 let local: AgentServiceClient;
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 0 });
-  redis = new Redis(stack.redis.url);
+  redis = stack.redis.connect();
   queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
   local = grpcClient(stack.grpcTarget);
 });
@@ -233,7 +232,7 @@ describe('client tools over StreamSession', () => {
 
 describe('bad input over StreamSession', () => {
   it('closes a call whose first message is malformed with INVALID_ARGUMENT and writes nothing', async () => {
-    const sessionKeys = async () => (await redis.keys(`${stack.prefix}:{s:*`)).length;
+    const sessionKeys = async () => (await keysMatching(redis, `${stack.prefix}:{s:*`)).length;
     const before = await sessionKeys();
     const notStart = new SessionStream(local);
     notStart.send({ $case: 'userMessage', value: { content: 'hi' } });

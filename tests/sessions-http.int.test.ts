@@ -1,16 +1,15 @@
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 const WS_KEY = 'key-for-ws-other-only';
 let stack: TestStack;
-let redis: Redis;
+let redis: TestRedisClient;
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 1, env: { CADRE_API_KEYS: `other:${WS_KEY}` } });
-  redis = new Redis(stack.redis.url);
+  redis = stack.redis.connect();
 });
 afterAll(async () => {
   redis?.disconnect();

@@ -1,15 +1,14 @@
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient } from '@cadre/testing';
+import { assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
-let redis: Redis;
+let redis: TestRedisClient;
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 1 });
-  redis = new Redis(stack.redis.url);
+  redis = stack.redis.connect();
 });
 afterAll(async () => {
   redis?.disconnect();

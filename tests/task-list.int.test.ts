@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpClient } from '@cadre/testing';
 import { KeyBuilder, TaskStore } from '@cadre/store';
@@ -132,7 +131,7 @@ describe('GET /api/tasks', () => {
 
 describe('the listing index', () => {
   it('is bounded: the oldest entries beyond the cap are dropped, the tasks themselves stay readable', async () => {
-    const redis = new Redis(stack.redis.url);
+    const redis = stack.redis.connect();
     try {
       const keys = new KeyBuilder(`list${randomUUID().slice(0, 6)}`);
       const store = new TaskStore({ redis, keys, taskListMaxEntries: 3 });

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import type { TeamEvent } from '@cadre/protocol';
@@ -161,7 +160,7 @@ describe('a team task end to end over HTTP', () => {
     const taskId = res.body.task.task_id;
     await waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_tool_call');
     // As if the cancel's pub/sub message had been lost: the task is cancelled in Redis with no message sent.
-    const redis = new Redis(stack.redis.url);
+    const redis = stack.redis.connect();
     try {
       await redis.hset(new KeyBuilder(stack.prefix).task(taskId).meta, 'status', 'cancelled');
       const queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });

@@ -21,6 +21,8 @@ export interface StackOptions {
   workers?: number;
   /** Extra environment for gateways and workers (as the real processes would read it). */
   env?: Record<string, string>;
+  /** The Redis to run on (stopped with the stack); default: startTestRedis(). */
+  redis?: TestRedis;
 }
 
 /**
@@ -38,10 +40,10 @@ export class TestStack {
 
   static async start(opts: StackOptions = {}): Promise<TestStack> {
     const stack = new TestStack();
-    stack.redis = await startTestRedis();
+    stack.redis = opts.redis ?? (await startTestRedis());
     stack.model = await startScriptedModel();
     stack.env = {
-      REDIS_URL: stack.redis.url,
+      ...stack.redis.env,
       OPENAI_BASE_URL: stack.model.url,
       OPENAI_API_KEY: 'scripted',
       CADRE_API_KEY: TEST_API_KEY,

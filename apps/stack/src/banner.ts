@@ -7,7 +7,8 @@ export interface BannerInfo {
   /** The key itself when the stack generated it; undefined when it came from CADRE_API_KEY (not echoed). */
   devApiKey: string | undefined;
   devApiKeyFile: string;
-  redis: { url: string; embedded: { pid: number; dataDir: string } | undefined };
+  /** `shown`: the embedded server's URL, or the configured Redis as describeRedisTarget shows it (no password). */
+  redis: { shown: string; embedded: { pid: number; dataDir: string } | undefined };
   model: { url: string; scripted: boolean };
   workers: number;
   workerConcurrency: number;
@@ -49,8 +50,8 @@ export function renderBanner(info: BannerInfo): string {
       ? `${info.devApiKey}  (dev key, kept in ${info.devApiKeyFile}; set CADRE_API_KEY to use your own)`
       : 'from CADRE_API_KEY (not shown)';
   const redis = info.redis.embedded
-    ? `${info.redis.url}  (private redis-server, pid ${info.redis.embedded.pid}, data in ${info.redis.embedded.dataDir})`
-    : `${redactUrl(info.redis.url)}  (from REDIS_URL)`;
+    ? `${info.redis.shown}  (private redis-server, pid ${info.redis.embedded.pid}, data in ${info.redis.embedded.dataDir})`
+    : `${info.redis.shown}  (configured)`;
   const model = info.model.scripted
     ? `scripted model at ${info.model.url}  (set OPENAI_BASE_URL and OPENAI_API_KEY to use a real one)`
     : `${redactUrl(info.model.url)}  (from OPENAI_BASE_URL)`;

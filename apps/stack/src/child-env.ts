@@ -17,10 +17,16 @@ const COMMON_PREFIXES = ['LC_', 'OTEL_'];
 /** Families that belong to one role alone (its own settings, no other role's secrets): passed whole. */
 const ROLE_PREFIXES: Record<ChildRole, readonly string[]> = { gateway: [], worker: ['WORKER_'], 'vm-agent': ['VM_AGENT_'] };
 
+/** Where Redis is (libs/config redisTarget): for the roles that talk to Redis, never for a VM agent. */
+const REDIS_VARIABLES = [
+  'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS', 'REDIS_SENTINEL_NAME', 'REDIS_USERNAME', 'REDIS_PASSWORD',
+  'REDIS_SENTINEL_PASSWORD', 'REDIS_DB', 'REDIS_TLS',
+] as const;
+
 /** Every variable each role's config.ts reads (tests/child-env.test.ts checks this against the configs). */
 export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
   gateway: [
-    'PORT', 'HOST', 'REDIS_URL', 'CADRE_API_KEY', 'CADRE_API_KEYS', 'CADRE_DEV_MODE', 'CADRE_EVENT_RETENTION_SEC',
+    'PORT', 'HOST', ...REDIS_VARIABLES, 'CADRE_API_KEY', 'CADRE_API_KEYS', 'CADRE_DEV_MODE', 'CADRE_EVENT_RETENTION_SEC',
     'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_WORKERS', 'CADRE_WATCHER_BUFFER', 'CADRE_BODY_LIMIT_BYTES',
     'CADRE_SHUTDOWN_GRACE_MS', 'CADRE_ENQUEUE_GRACE_MS', 'CADRE_MODEL', 'CADRE_SESSION_KEEPALIVE_MS',
     'CADRE_SESSION_IDLE_TTL_SEC', 'RUNS_API_KEY', 'RUNS_API_KEYS', 'WINDIE_RUNS_API_KEY', 'WINDIE_DEMO_API_KEY', 'RUNS_CONTROL_API_KEY',
@@ -28,7 +34,7 @@ export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
     'RUNS_HEARTBEAT_INTERVAL_MS',
   ],
   worker: [
-    'REDIS_URL', 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_MODEL', 'WORKER_CONCURRENCY', 'CADRE_HOST_ID',
+    ...REDIS_VARIABLES, 'OPENAI_BASE_URL', 'OPENAI_API_KEY', 'CADRE_MODEL', 'WORKER_CONCURRENCY', 'CADRE_HOST_ID',
     'CADRE_EVENT_RETENTION_SEC', 'CADRE_MAX_EVENTS_PER_TASK', 'CADRE_MAX_TURNS', 'CADRE_WORKER_TIMEOUT_MS',
     'CADRE_MODEL_RETRIES', 'CADRE_JOB_LOCK_MS', 'CADRE_MAX_ATTEMPTS', 'CADRE_SHUTDOWN_GRACE_MS', 'WORKER_METRICS_PORT',
     'CADRE_SESSION_FLUSH_MS', 'CADRE_SESSION_TOOL_TIMEOUT_MS', 'CADRE_SESSION_IDLE_TTL_SEC',

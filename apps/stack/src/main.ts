@@ -5,7 +5,7 @@ import { hostname } from 'node:os';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ConfigError, configOrExit, exitForConfig } from '@cadre/config';
+import { ConfigError, configOrExit, describeRedisTarget, exitForConfig } from '@cadre/config';
 import { createLogPrettifier } from '@cadre/observability';
 import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
@@ -141,9 +141,9 @@ class Stack {
 }
 
 async function run(stack: Stack, config: StackConfig): Promise<void> {
+  // The children read the Redis variables themselves (passed through) when one is configured; else the private one.
   const redisUrl =
-    config.redisUrl ??
-    (
+    config.redis !== undefined ? undefined : (
       await stack.adopt(
         startEmbeddedRedis({
           dataDir: join(config.dataDir, 'redis'),
@@ -157,6 +157,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
         (redis) => (stack.redis = redis),
       )
     ).url;
+  const redisShown = config.redis !== undefined ? describeRedisTarget(config.redis) : redisUrl!;
   if (stack.isStopping) return;
 
   let openaiBaseUrl = config.openaiBaseUrl;
@@ -182,7 +183,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
 
   const env: Record<string, string | undefined> = {
     ...config.passthroughEnv,
-    REDIS_URL: redisUrl,
+    ...(redisUrl !== undefined ? { REDIS_URL: redisUrl } : {}),
     OPENAI_BASE_URL: openaiBaseUrl,
     OPENAI_API_KEY: openaiApiKey,
     CADRE_API_KEY: apiKey,
@@ -228,7 +229,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       host: config.host,
       devApiKey: devKey?.key,
       devApiKeyFile: keyFile,
-      redis: { url: redisUrl, embedded: stack.redis && { pid: stack.redis.pid, dataDir: stack.redis.dataDir } },
+      redis: { shown: redisShown, embedded: stack.redis && { pid: stack.redis.pid, dataDir: stack.redis.dataDir } },
       model: { url: openaiBaseUrl, scripted: stack.model !== undefined },
       workers: config.workers,
       workerConcurrency: config.workerConcurrency,

@@ -24,6 +24,8 @@ export interface EmbeddedRedisOptions {
   binary?: string;
   /** How long to wait for the first PONG. */
   startTimeoutMs?: number;
+  /** More redis-server arguments (e.g. `--cluster-enabled yes` for a test cluster's node). */
+  extraArgs?: string[];
 }
 
 export interface EmbeddedRedis {
@@ -110,11 +112,11 @@ interface Running {
   output: OutputTail;
 }
 
-function serverArgs(port: number, dataDir: string, persist: boolean): string[] {
+function serverArgs(port: number, dataDir: string, persist: boolean, extraArgs: string[]): string[] {
   const args = ['--port', String(port), '--bind', HOST, '--protected-mode', 'yes', '--daemonize', 'no', '--dir', dataDir];
   if (persist) args.push('--appendonly', 'yes', '--appendfsync', 'always');
   else args.push('--save', '', '--appendonly', 'no');
-  return args;
+  return [...args, ...extraArgs];
 }
 
 function launch(binary: string, args: string[]): Promise<Running> {
@@ -221,7 +223,7 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
     }
     for (let attempt = 1; ; attempt++) {
       if (mayPickPort) port = await findFreePort(HOST);
-      const current = await launch(binary, serverArgs(port, dataDir, persist));
+      const current = await launch(binary, serverArgs(port, dataDir, persist, opts.extraArgs ?? []));
       const outcome = await waitForPong(current, port, startTimeoutMs);
       if (outcome === 'ready') {
         run = current;

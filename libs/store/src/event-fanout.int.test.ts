@@ -1,22 +1,22 @@
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
-import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { startTestRedis, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { EventFanout, WatchClosedError, type LogWatcher } from './event-fanout.ts';
+import { connectRedis } from './connect.ts';
 import { KeyBuilder } from './keys.ts';
 import { TaskStore } from './task-store.ts';
 
 let server: TestRedis;
-let redis: Redis;
+let redis: TestRedisClient;
 let store: TaskStore;
 let fanout: EventFanout;
 
 beforeAll(async () => {
   server = await startTestRedis();
-  redis = new Redis(server.url);
+  redis = server.connect();
   store = new TaskStore({ redis, keys: new KeyBuilder('fanout') });
   // No safety polls during the test, so every tail read is caused by an append notification.
-  fanout = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), watcherBufferLimit: 16, safetyPollMs: 60_000 });
+  fanout = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), watcherBufferLimit: 16, safetyPollMs: 60_000 });
   await fanout.start();
 });
 afterAll(async () => {
@@ -109,7 +109,7 @@ describe('EventFanout', () => {
   });
 
   it('pages through a history longer than a page, on a finished log, and ends', async () => {
-    const paged = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), pageSize: 5, safetyPollMs: 60_000 });
+    const paged = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), pageSize: 5, safetyPollMs: 60_000 });
     await paged.start();
     try {
       const taskId = await liveTask();
@@ -143,7 +143,7 @@ describe('EventFanout', () => {
       info: (obj: object, msg: string) => void lines.push({ level: 'info', ...obj, msg }),
     };
     // A short safety poll: the tail keeps retrying on its own, so the outage spans many failed reads.
-    const logged = new EventFanout({ keys: store.keys, subscriber: new Redis(server.url), safetyPollMs: 20, logger });
+    const logged = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), safetyPollMs: 20, logger });
     await logged.start();
     try {
       const taskId = await liveTask();

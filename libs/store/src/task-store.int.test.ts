@@ -1,17 +1,16 @@
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { startTestRedis, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from './keys.ts';
 import { StoreError } from './errors.ts';
 import { TaskStore } from './task-store.ts';
 
 let server: TestRedis;
-let redis: Redis;
+let redis: TestRedisClient;
 let store: TaskStore;
 
 beforeAll(async () => {
   server = await startTestRedis();
-  redis = new Redis(server.url);
+  redis = server.connect();
   store = new TaskStore({ redis, keys: new KeyBuilder(`fence${process.pid}`) });
 });
 afterAll(async () => {

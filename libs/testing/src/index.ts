@@ -1,5 +1,6 @@
-export { startTestRedis, type TestRedis } from './redis.ts';
+export { startTestRedis, TEST_CLUSTER_ENV, type TestRedis, type TestRedisClient } from './redis.ts';
+export { startTestCluster, killNode, CLUSTER_NODE_TIMEOUT_MS, type TestCluster } from './redis-cluster.ts';
 export const TEST_API_KEY = 'test-key-all-workspaces';
 export { httpClient, pollUntilTerminal, waitForEvent, grpcClient, watchTeam, rawWatchTeam, encodeWatchTeamRequest, assertContiguous, runsCall, type ApiResponse, type RunsResponse } from './api.ts';
 export { isProcessAlive } from './processes.ts';
-export { dumpRedis, dumpDiff, BACKGROUND_KEYS } from './redis-dump.ts';
+export { dumpRedis, dumpDiff, keysMatching, BACKGROUND_KEYS } from './redis-dump.ts';

@@ -3,14 +3,18 @@ import { Cluster, type Redis } from 'ioredis';
 /** Keys that change with no request: BullMQ's stall-check timer (a worker sets it every stall interval). */
 export const BACKGROUND_KEYS = /:stalled-check$/;
 
+/** KEYS `pattern`, on every master of a Cluster (KEYS answers for one node only). */
+export async function keysMatching(redis: Redis | Cluster, pattern: string): Promise<string[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  return (await Promise.all(nodes.map((node) => node.keys(pattern)))).flat();
+}
+
 /**
  * Every key matching `patterns` with its value (Redis's DUMP serialization, which covers every type) and whether
  * it expires: two equal dumps mean nothing was written, not even a TTL. Keys matching `exclude` are left out.
  */
 export async function dumpRedis(redis: Redis | Cluster, patterns: string[], exclude: RegExp = BACKGROUND_KEYS): Promise<Map<string, string>> {
-  // KEYS answers for one node: on a Cluster, ask every master.
-  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
-  const keys = (await Promise.all(nodes.flatMap((node) => patterns.map((p) => node.keys(p))))).flat().filter((k) => !exclude.test(k)).sort();
+  const keys = (await Promise.all(patterns.map((p) => keysMatching(redis, p)))).flat().filter((k) => !exclude.test(k)).sort();
   // One command per key, sent together (a pipeline could span a Cluster's nodes).
   const values = await Promise.all(keys.map((key) => Promise.all([redis.dumpBuffer(key), redis.pttl(key)])));
   const dump = new Map<string, string>();

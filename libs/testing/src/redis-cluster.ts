@@ -1,0 +1,117 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { Cluster, Redis } from 'ioredis';
+import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
+import type { TestRedis } from './redis.ts';
+
+const run = promisify(execFile);
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A node stops being a master this long after it stops answering; its replica is elected soon after. */
+export const CLUSTER_NODE_TIMEOUT_MS = 2_000;
+
+/**
+ * A local Redis Cluster: three masters, one replica each, every node a redis-server child on a free port. It is a
+ * TestRedis too, so a TestStack can run on it.
+ */
+export interface TestCluster extends TestRedis {
+  nodes: EmbeddedRedis[];
+  /** `host:port,...` of every node, as REDIS_CLUSTER_NODES takes it. */
+  seeds: string;
+  connect(opts?: { shardedSubscribers?: boolean }): Cluster;
+  /** The node serving `key`'s slot as master right now. */
+  masterOf(key: string): Promise<EmbeddedRedis>;
+  /** Until every slot is served by a master that answers and every replica has synced with its master. */
+  waitHealthy(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Six redis-server processes joined by `redis-cli --cluster create --cluster-replicas 1`, healthy when it resolves.
+ * A short node timeout makes a killed master's replica take over within a few seconds.
+ */
+export async function startTestCluster(): Promise<TestCluster> {
+  const nodes = await Promise.all(Array.from({ length: 6 }, () => startEmbeddedRedis({
+    extraArgs: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(CLUSTER_NODE_TIMEOUT_MS)],
+  })));
+  const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
+  try {
+    await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
+  } catch (err) {
+    await Promise.all(nodes.map((n) => n.stop()));
+    throw new Error(`redis-cli --cluster create failed: ${(err as { stderr?: string; message: string }).stderr || (err as Error).message}`, { cause: err });
+  }
+  const seeds = addresses.join(',');
+  const cluster: TestCluster = {
+    nodes,
+    seeds,
+    url: nodes[0]!.url,
+    env: { REDIS_CLUSTER_NODES: seeds },
+    target: { mode: 'cluster', nodes: nodes.map((n) => ({ host: '127.0.0.1', port: n.port })), tls: false },
+    connect: (opts = {}) => new Cluster(nodes.map((n) => ({ host: '127.0.0.1', port: n.port })), {
+      shardedSubscribers: opts.shardedSubscribers ?? false,
+      redisOptions: { maxRetriesPerRequest: null },
+      retryDelayOnFailover: 200,
+      retryDelayOnClusterDown: 200,
+    }),
+    async masterOf(key) {
+      const probe = new Redis(nodes.find((n) => isUp(n))!.url, { maxRetriesPerRequest: 1 });
+      try {
+        const slot = (await probe.call('CLUSTER', 'KEYSLOT', key)) as number;
+        const shards = (await probe.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+        const port = shards.find(([from, to]) => slot >= from && slot <= to)?.[2][1];
+        const node = nodes.find((n) => n.port === port);
+        if (!node) throw new Error(`no master serves slot ${slot}`);
+        return node;
+      } finally {
+        probe.disconnect();
+      }
+    },
+    async waitHealthy(timeoutMs = 60_000) {
+      const deadline = Date.now() + timeoutMs;
+      let last = '';
+      while (Date.now() < deadline) {
+        last = await healthProblem(nodes.filter(isUp));
+        if (last === '') return;
+        await sleep(100);
+      }
+      throw new Error(`the test cluster did not become healthy within ${timeoutMs} ms: ${last}`);
+    },
+    async stop() {
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
+  await cluster.waitHealthy();
+  return cluster;
+}
+
+const killed = new WeakSet<EmbeddedRedis>();
+
+/** kill -9 a node of a test cluster (it stays down). */
+export function killNode(node: EmbeddedRedis): void {
+  killed.add(node);
+  node.kill('SIGKILL');
+}
+
+const isUp = (node: EmbeddedRedis): boolean => !killed.has(node);
+
+/** '' when every live node sees the cluster ok and every live replica is linked to its master; else why not. */
+async function healthProblem(live: EmbeddedRedis[]): Promise<string> {
+  for (const node of live) {
+    const conn = new Redis(node.url, { maxRetriesPerRequest: 1, lazyConnect: true, connectTimeout: 1_000 });
+    try {
+      await conn.connect();
+      const info = (await conn.call('CLUSTER', 'INFO')) as string;
+      if (!/^cluster_state:ok\r?$/m.test(info) || !/^cluster_slots_ok:16384\r?$/m.test(info)) return `node ${node.port}: ${/cluster_state:\w+/.exec(info)?.[0]}`;
+      const replication = await conn.info('replication');
+      if (/^role:slave\r?$/m.test(replication) && (!/^master_link_status:up\r?$/m.test(replication) || /^master_sync_in_progress:1\r?$/m.test(replication))) {
+        return `replica ${node.port} is not in sync with its master yet`;
+      }
+    } catch (err) {
+      return `node ${node.port}: ${(err as Error).message}`;
+    } finally {
+      conn.disconnect();
+    }
+  }
+  return '';
+}
