@@ -4,6 +4,16 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/** Package boundaries every app and lib keeps (see the layer-boundaries block below). */
+const PACKAGE_BOUNDARIES = [
+  { group: ['**/apps/**', '**/libs/**', '**/tests/**', '**/bench/**'], message: 'Import another package by its name (@cadre/...), never by a relative path into its folder.' },
+  { group: ['@cadre/*/**'], message: 'Import a package through its public surface (@cadre/<name>), not a file inside it.' },
+  { group: ['@cadre/gateway', '@cadre/worker', '@cadre/vm-agent', '@cadre/stack', '@cadre/cli'], message: 'Apps are composition roots: nothing imports them.' },
+];
+
+/** Redis data commands (ioredis method names) that only libs/store sends. */
+const REDIS_DATA_COMMANDS = ['hget', 'hmget', 'hgetall', 'hset', 'hdel', 'hincrby', 'xadd', 'xrange', 'xrevrange', 'xread', 'zadd', 'zrange', 'zrangebyscore', 'zrem', 'lrange', 'lpush', 'rpush', 'sadd', 'srem', 'smembers', 'evalsha'];
+
 export default tseslint.config(
   { ignores: ['**/node_modules/**', 'libs/protocol/src/gen/**', '.cadre/**', '.nx/**', 'coverage/**'] },
   js.configs.recommended,
@@ -34,14 +44,45 @@ export default tseslint.config(
   {
     files: ['apps/*/src/**/*.ts', 'libs/*/src/**/*.ts'],
     ignores: ['**/*.test.ts'],
+    rules: { 'no-restricted-imports': ['error', { patterns: PACKAGE_BOUNDARIES }] },
+  },
+  // The vm-agent runs on the VM and talks to the gateway over HTTP only: it shares the runs contract
+  // (@cadre/protocol), never the store or the session engine behind the gateway.
+  {
+    files: ['apps/vm-agent/src/**/*.ts'],
+    ignores: ['**/*.test.ts'],
     rules: {
       'no-restricted-imports': ['error', {
         patterns: [
-          { group: ['**/apps/**', '**/libs/**', '**/tests/**', '**/bench/**'], message: 'Import another package by its name (@cadre/...), never by a relative path into its folder.' },
-          { group: ['@cadre/*/**'], message: 'Import a package through its public surface (@cadre/<name>), not a file inside it.' },
-          { group: ['@cadre/gateway', '@cadre/worker', '@cadre/vm-agent', '@cadre/stack', '@cadre/cli'], message: 'Apps are composition roots: nothing imports them.' },
+          ...PACKAGE_BOUNDARIES,
+          { group: ['@cadre/store', '@cadre/session'], message: 'The vm-agent reaches the gateway over HTTP; shared run types live in @cadre/protocol.' },
         ],
       }],
+    },
+  },
+  // The gateway's services sit behind both edges (HTTP and gRPC): they take domain types, never an edge's.
+  {
+    files: ['apps/gateway/src/{tasks,runs,approvals}/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          ...PACKAGE_BOUNDARIES,
+          { group: ['**/http/**', '**/grpc/**', '**/ws/**'], message: 'A service takes domain types; an edge translates its wire form before calling it.' },
+        ],
+      }],
+    },
+  },
+  // Redis commands live in libs/store (keys from keys.ts, scripts in lua/): an app asks the store, which gets a
+  // method for what the app needs, instead of reading a hash field or a store's connection itself.
+  {
+    files: ['apps/*/src/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-syntax': ['error',
+        { selector: `CallExpression[callee.property.name=/^(${REDIS_DATA_COMMANDS.join('|')})$/]`, message: 'Redis commands belong in libs/store: give the store a method.' },
+        { selector: "CallExpression > MemberExpression.callee > MemberExpression.object[property.name='redis'][object.type!='ThisExpression']", message: "Do not reach into a store's connection: give the store a method." },
+      ],
     },
   },
   // Tests read JSON responses of many shapes; typing each one adds noise, not safety.

@@ -1,7 +1,7 @@
 // The runs API as a VM worker sees it: heartbeat, worker-dispatched, relayed events. Wire types come from the
 // store's run contract (type-only: nothing of the store runs here).
 import { SpanKind, inSpan, traceHeaders } from '@cadre/observability';
-import type { AssignedRun, ControlCommand, ControlMode, VmWorker } from '@cadre/store';
+import type { AssignedRun, ControlCommand, ControlMode, VmWorker } from '@cadre/protocol';
 
 export type { AssignedRun, ControlCommand, ControlMode };
 

@@ -156,8 +156,6 @@ class ActiveRun {
   private ending: Ending | null = null;
   /** The run's deadline in active time; set when the agent starts. */
   private budget: ActiveTimeBudget | undefined;
-  /** Tool calls of the current turn not yet run, by tool name + canonical arguments → call ids in order. */
-  private pendingCalls = new Map<string, string[]>();
 
   constructor(assigned: AssignedRun, deps: RunExecutorDeps) {
     this.assigned = assigned;
@@ -251,8 +249,6 @@ class ActiveRun {
           onTurn: (turn) => this.onTurn(turn),
           onToolCall: async (call) => {
             this.relay.push('tool-call', { tool: call.tool, call_id: call.callId, arguments: call.arguments });
-            const key = rawCallKey(call.tool, call.arguments);
-            if (key !== null) this.pendingCalls.set(key, [...(this.pendingCalls.get(key) ?? []), call.callId]);
           },
         },
       });
@@ -273,17 +269,15 @@ class ActiveRun {
       if (this.controller.signal.aborted) return;
       this.log.info({ turn }, 'continuing');
     }
-    this.pendingCalls.clear();
     this.relay.push('turn-started', { turn });
   }
 
-  /** The tool, plus a `tool-result` event per call (matched to its call id by name and arguments). */
+  /** The tool, plus a `tool-result` event per call carrying the id of the `tool-call` it answers. */
   private reportingResults(tool: AgentTool): AgentTool {
     return {
       ...tool,
       run: async (args, ctx) => {
-        const ids = this.pendingCalls.get(callKey(tool.name, args));
-        const callId = ids?.shift() ?? null;
+        const callId = ctx.callId;
         try {
           const output = await tool.run(args, ctx);
           this.relay.push('tool-result', { tool: tool.name, call_id: callId, ok: true, output: clip(output, 4_000) });
@@ -348,16 +342,6 @@ class ActiveRun {
   }
 }
 
-const callKey = (tool: string, args: unknown): string => `${tool}\0${JSON.stringify(args)}`;
-
-/** The key of a call's raw arguments as runAgent parses them; null when they do not parse (the tool never runs). */
-function rawCallKey(tool: string, raw: string): string | null {
-  try {
-    return callKey(tool, raw.trim() === '' ? {} : JSON.parse(raw));
-  } catch {
-    return null;
-  }
-}
 
 function clip(text: string, max: number): string {
   return text.length <= max ? text : `${text.slice(0, max)}… [${text.length - max} more characters]`;

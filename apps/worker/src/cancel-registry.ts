@@ -1,20 +1,15 @@
-import type { KeyBuilder, RedisClient } from '@cadre/store';
+import type { RedisClient } from '@cadre/store';
 
 /** Why a running agent loop was aborted; decides what (if anything) the processor records. */
 export type AbortCause = 'cancelled' | 'shutdown' | 'lease_lost';
 
 const STEER_PREFIX = 'steer:';
-const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 
 /**
- * How the once-a-second check tells that a loop's owner ended without the message reaching us: a hash field
- * whose value says so. Tasks: the task's status turned terminal. Session turns: the turn's lease changed.
+ * How the once-a-second check tells that a loop's owner ended without the message reaching us, asked of the
+ * store. Tasks: the task's status turned terminal. Session turns: the turn's lease changed.
  */
-export interface DurableCheck {
-  key: string;
-  field: string;
-  ended(value: string | null): boolean;
-}
+export type DurableCheck = () => Promise<boolean>;
 
 /**
  * The running loops of this process by task (or session), so a cancel published by any gateway reaches them within
@@ -28,21 +23,28 @@ export class CancelRegistry {
   private readonly checks = new Map<string, DurableCheck>();
   private readonly steerWatchers = new Map<string, Set<() => void>>();
   private timer: NodeJS.Timeout | undefined;
+  /** `taskEnded`: the durable check of a task's loops (a session's comes with its registration). */
+  private readonly taskEnded: (taskId: string) => Promise<boolean>;
+
   private stopped = false;
 
-  async listen(opts: { subscriber: RedisClient; redis: RedisClient; keys: KeyBuilder; checkEveryMs?: number }): Promise<void> {
-    const { subscriber, redis, keys } = opts;
+  constructor(taskEnded: (taskId: string) => Promise<boolean>) {
+    this.taskEnded = taskEnded;
+  }
+
+  async listen(opts: { subscriber: RedisClient; channel: string; checkEveryMs?: number }): Promise<void> {
+    const { subscriber } = opts;
     subscriber.on('message', (_channel: string, message: string) => {
       // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-6.lua), not a cancel.
       if (message.startsWith(STEER_PREFIX)) this.steer(message.slice(STEER_PREFIX.length));
       else this.abortTask(message, 'cancelled');
     });
-    subscriber.on('ready', () => void this.checkStatuses(redis, keys));
-    await subscriber.subscribe(keys.cancelChannel());
+    subscriber.on('ready', () => void this.checkStatuses());
+    await subscriber.subscribe(opts.channel);
     const every = opts.checkEveryMs ?? 1_000;
     const tick = (): void => {
       if (this.stopped) return;
-      this.timer = setTimeout(() => void this.checkStatuses(redis, keys).finally(tick), every);
+      this.timer = setTimeout(() => void this.checkStatuses().finally(tick), every);
       this.timer.unref();
     };
     tick();
@@ -54,14 +56,14 @@ export class CancelRegistry {
   }
 
   /** One read for every task or session with a running loop here, sent together; aborts the loops whose owner ended. */
-  private async checkStatuses(redis: RedisClient, keys: KeyBuilder): Promise<void> {
+  private async checkStatuses(): Promise<void> {
     const ids = [...this.running.keys()];
     if (ids.length === 0) return;
-    const checks = ids.map((id) => this.checks.get(id) ?? taskCheck(keys, id));
     // One slot per task: the reads go out together rather than as one pipeline (a Cluster refuses one across nodes).
-    const values = await Promise.all(checks.map((check) => redis.hget(check.key, check.field).catch(() => undefined)));
-    values.forEach((value, i) => {
-      if (value !== undefined && checks[i]!.ended(value)) this.abortTask(ids[i]!, 'cancelled');
+    // A read that fails counts as not ended: the next check asks again.
+    const ended = await Promise.all(ids.map((id) => (this.checks.get(id) ?? (() => this.taskEnded(id)))().catch(() => false)));
+    ended.forEach((yes, i) => {
+      if (yes) this.abortTask(ids[i]!, 'cancelled');
     });
   }
 
@@ -112,8 +114,4 @@ export class CancelRegistry {
     for (const set of this.running.values()) n += set.size;
     return n;
   }
-}
-
-function taskCheck(keys: KeyBuilder, taskId: string): DurableCheck {
-  return { key: keys.task(taskId).meta, field: 'status', ended: (status) => TERMINAL.has(status as string) };
 }

@@ -29,8 +29,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
-  const cancels = new CancelRegistry();
-  await cancels.listen({ subscriber, redis, keys });
+  const cancels = new CancelRegistry((taskId) => store.hasEnded(taskId));
+  await cancels.listen({ subscriber, channel: keys.cancelChannel() });
 
   const metrics = createMetricsRegistry('worker');
   const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
@@ -65,7 +65,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
     }),
     cancels,
-    keys,
+    store: sessionStore,
     logger,
   });
 

@@ -107,6 +107,35 @@ describe('runAgent', () => {
     expect(outcome.turns).toBe(3);
   });
 
+  it('tells each of two identical calls in one turn its own call id', async () => {
+    // The scripted model asks for spawn_worker once per role in one response: two roles alike make two calls
+    // with the same name and arguments.
+    const seen: { args: unknown; callId: string }[] = [];
+    const twin: AgentTool = {
+      name: 'spawn_worker',
+      description: 'records its calls',
+      parameters: { type: 'object', properties: { role: { type: 'string' } } },
+      run: async (args, ctx) => {
+        seen.push({ args, callId: ctx.callId });
+        return `done ${ctx.callId}`;
+      },
+    };
+    const announced: string[] = [];
+    const outcome = await runAgent({
+      client: client(),
+      spec: spec({ tools: [twin] }),
+      input: 'Split the work [[scripted:spawn=analyst,analyst]]',
+      signal: new AbortController().signal,
+      hooks: recordingHooks({ onToolCall: async (c) => void announced.push(c.callId) }),
+    });
+    expect(outcome.ok).toBe(true);
+    expect(announced).toHaveLength(2);
+    expect(new Set(announced).size).toBe(2);
+    expect(seen.map((s) => s.args)).toEqual([seen[0]!.args, seen[0]!.args]);
+    expect(seen.map((s) => s.callId).sort()).toEqual([...announced].sort());
+    if (outcome.ok) expect(outcome.result).toContain(`done ${announced[0]}; done ${announced[1]}`);
+  });
+
   it('cancel reaches a running tool within a second', async () => {
     const controller = new AbortController();
     let abortedAt = 0;

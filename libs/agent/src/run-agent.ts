@@ -52,14 +52,13 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
    * Returns an outcome only when the loop must stop.
    */
   const toolStep = async (toolCalls: ChatCompletionMessageFunctionToolCall[], denials: readonly (string | null)[]): Promise<AgentOutcome | null> => {
-    const ctx: ToolContext = { signal };
     let results: string[];
     try {
       // Concurrent, but the results go back in the model's order so the transcript is deterministic.
       results = await untilAborted(
         Promise.all(toolCalls.map((call, i) => {
           const denial = denials[i];
-          return denial != null ? Promise.resolve(`error: tool call denied: ${denial}`) : runToolCall(call, toolsByName, ctx, observer);
+          return denial != null ? Promise.resolve(`error: tool call denied: ${denial}`) : runToolCall(call, toolsByName, signal, observer);
         })),
         signal,
       );
@@ -132,10 +131,11 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
 export async function runToolCall(
   call: ChatCompletionMessageFunctionToolCall,
   toolsByName: ReadonlyMap<string, AgentTool>,
-  ctx: ToolContext,
+  signal: AbortSignal,
   observer: AgentObserver | undefined,
 ): Promise<string> {
   const { name, arguments: rawArgs } = call.function;
+  const ctx: ToolContext = { signal, callId: call.id };
   const tool = toolsByName.get(name);
   return observeToolCall({ name, callId: call.id, known: tool !== undefined }, observer, async () => {
     if (!tool) {

@@ -5,6 +5,8 @@ import type { TokenUsage } from '@cadre/protocol';
 export interface ToolContext {
   /** Aborted when the run is cancelled or times out; a tool must stop promptly and reject with an AbortError. */
   signal: AbortSignal;
+  /** The model's id of this call (as `onToolCall` saw it): two identical calls in one turn have different ids. */
+  callId: string;
 }
 
 export interface AgentTool {

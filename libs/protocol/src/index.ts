@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 // mapping between them.
 export * from './team-events.ts';
 export * from './session-events.ts';
+export * from './run-types.ts';
 export { canonicalUuid, isUuid } from './ids.ts';
 export { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 

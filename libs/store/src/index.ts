@@ -6,7 +6,6 @@ export { EventFanout, LogWatcher, WatchClosedError, type FanoutLogger, type Fano
 export { connectRedis, checkRedisCredentials, RedisAuthError, type RedisClient, type ConnectOptions } from './connect.ts';
 export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, type AgentJobData, type LeadStep } from './team-queue.ts';
 export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';
-export * from './run-types.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';
 export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage } from './session-store.ts';
 export * from './session-types.ts';

@@ -18,7 +18,7 @@ import {
   type RunStatus,
   type RunWorker,
   type VmWorker,
-} from './run-types.ts';
+} from '@cadre/protocol';
 
 export interface RunStoreOptions {
   redis: RedisClient;
@@ -245,9 +245,14 @@ export class RunStore {
     return out;
   }
 
+  /** Every workspace that has had a run (or a team task: stop-all covers both). */
+  async workspaceIds(): Promise<string[]> {
+    return this.redis.smembers(this.keys.workspaces());
+  }
+
   /** Stops every active run in one workspace, or in every workspace. */
   async stopAll(workspaceId: string | undefined, requestedBy: string): Promise<string[]> {
-    const workspaces = workspaceId ? [workspaceId] : await this.redis.smembers(this.keys.workspaces());
+    const workspaces = workspaceId ? [workspaceId] : await this.workspaceIds();
     const stopped = await Promise.all(
       workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
@@ -268,7 +273,7 @@ export class RunStore {
 
   /** The lease sweeper's pass: every workspace, one script each. */
   async expireLeases(): Promise<number> {
-    const workspaces = await this.redis.smembers(this.keys.workspaces());
+    const workspaces = await this.workspaceIds();
     const counts = await Promise.all(
       workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
@@ -283,7 +288,7 @@ export class RunStore {
 
   /** Unfinished runs by status over every workspace, for metrics (cheap: each workspace caps its active runs). */
   async activeStatusCounts(): Promise<Record<string, number>> {
-    const workspaces = await this.redis.smembers(this.keys.workspaces());
+    const workspaces = await this.workspaceIds();
     const perWorkspace = await Promise.all(workspaces.map(async (ws) => {
       const ids = await this.redis.smembers(this.keys.workspaceRuns(ws).active);
       return Promise.all(ids.map((id) => this.redis.hget(this.keys.run(ws, id).meta, 'status')));

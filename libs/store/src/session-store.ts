@@ -59,6 +59,11 @@ export class SessionStore {
     return [k.meta, k.events, k.transcript, k.calls];
   }
 
+  /** The lease of the session's running turn attempt, or null when no attempt holds it. */
+  async turnLease(sessionId: string): Promise<string | null> {
+    return this.redis.hget(this.keys.session(sessionId).meta, 'lease');
+  }
+
   /** The session keys plus its steer and follow-up lists (the *-6 scripts). */
   private k6(sessionId: string): string[] {
     const k = this.keys.session(sessionId);

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
-import { isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
+import { TERMINAL_TASK_STATUSES, isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { checkCursor, scriptError } from './errors.ts';
@@ -161,6 +161,12 @@ export class TaskStore {
   async taskHead(taskId: string): Promise<{ workspace_id: string; status: TaskStatus; last_seq: number } | null> {
     const [workspaceId, status, seq] = await this.redis.hmget(this.keys.task(taskId).meta, 'workspace_id', 'status', 'seq');
     return workspaceId && status ? { workspace_id: workspaceId, status: status as TaskStatus, last_seq: Number(seq ?? 0) } : null;
+  }
+
+  /** Whether the task has ended (completed, failed or cancelled); a task that is not there has not. */
+  async hasEnded(taskId: string): Promise<boolean> {
+    const status = await this.redis.hget(this.keys.task(taskId).meta, 'status');
+    return status !== null && TERMINAL_TASK_STATUSES.includes(status as TaskStatus);
   }
 
   /** The workspace a task belongs to, or null when there is no such task: one cheap read for auth checks. */

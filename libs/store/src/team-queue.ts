@@ -1,4 +1,4 @@
-import { FlowProducer, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
+import { FlowProducer, Job, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
 import type { RedisClient } from './connect.ts';
 import type { KeyBuilder } from './keys.ts';
 import { LEAD_WORKER_ID, type TaskRecord } from './task-types.ts';
@@ -28,7 +28,7 @@ export const AGENT_JOB_OPTIONS = {
 } as const;
 
 export class TeamQueue {
-  readonly queue: Queue<AgentJobData>;
+  private readonly queue: Queue<AgentJobData>;
   private readonly flow: FlowProducer;
 
   /**
@@ -69,6 +69,29 @@ export class TeamQueue {
           opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, w.worker_id), ignoreDependencyOnFailure: true },
         })),
     });
+  }
+
+  /**
+   * Adds a planned team's workers as children of its lead's job (`lead`: the lead's job id and queue-qualified name),
+   * so the lead's synthesize step runs once they have all finished.
+   */
+  async addWorkerJobs(taskId: string, workerIds: readonly string[], lead: { id: string; queue: string }): Promise<void> {
+    await this.queue.addBulk(
+      workerIds.map((workerId) => ({
+        name: 'worker',
+        data: { taskId, workerId },
+        opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, workerId), parent: lead, ignoreDependencyOnFailure: true },
+      })),
+    );
+  }
+
+  /**
+   * Runs a worker's delayed job now (a worker parked on approvals sleeps as a delayed job). A job that is not
+   * delayed (yet) is left alone: the worker re-reads its approvals after parking and promotes itself.
+   */
+  async wakeWorker(taskId: string, workerId: string): Promise<void> {
+    const job = await Job.fromId(this.queue, agentJobId(taskId, workerId));
+    await job?.promote().catch(() => undefined);
   }
 
   /** The BullMQ queues behind this team queue, for an admin UI (bull-board) to inspect. */

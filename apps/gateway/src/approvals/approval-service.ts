@@ -1,7 +1,6 @@
-import { Job } from 'bullmq';
 import { APPROVAL_STATUSES, type ApprovalStatus } from '@cadre/protocol';
 import type { SessionApprovalView, SessionEngine } from '@cadre/session';
-import { StoreError, agentJobId, sessionOfApproval, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type TaskStore, type TeamQueue } from '@cadre/store';
+import { StoreError, sessionOfApproval, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type TaskStore, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 
@@ -98,7 +97,6 @@ export class ApprovalService {
    * worker's own re-read after its move sees the decision and promotes it.
    */
   private async wake(record: ApprovalRecord): Promise<void> {
-    const job = await Job.fromId(this.deps.queue.queue, agentJobId(record.task_id, record.worker_id));
-    await job?.promote().catch(() => undefined);
+    await this.deps.queue.wakeWorker(record.task_id, record.worker_id);
   }
 }

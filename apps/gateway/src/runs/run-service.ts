@@ -1,11 +1,9 @@
 import type { Logger } from '@cadre/observability';
-import { isUuid } from '@cadre/protocol';
-import type { EventFanout, LogWatcher, RunEvent, RunRecord, RunStore, RunWithEvent, HeartbeatResult, ControlAction } from '@cadre/store';
-import { StoreError, TERMINAL_RUN_STATUSES } from '@cadre/store';
+import { isUuid, TERMINAL_RUN_STATUSES, type ControlAction, type CreateRunBody, type DispatchedBody, type HeartbeatBody, type RelayBody, type RunEvent, type RunRecord } from '@cadre/protocol';
+import { StoreError, type EventFanout, type LogWatcher, type RunStore, type RunWithEvent, type HeartbeatResult } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { TaskService } from '../tasks/task-service.ts';
-import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '../http/schemas/runs.schema.ts';
 
 export interface RunServiceDeps {
   store: RunStore;
@@ -125,8 +123,7 @@ export class RunService {
   }
 
   private async cancelTasks(workspaceId: string | undefined, requestedBy: string): Promise<string[]> {
-    const store = this.deps.store;
-    const workspaces = workspaceId ? [workspaceId] : await store.redis.smembers(store.keys.workspaces());
+    const workspaces = workspaceId ? [workspaceId] : await this.deps.store.workspaceIds();
     const cancelled: string[] = [];
     await Promise.all(
       workspaces.map(async (ws) => {

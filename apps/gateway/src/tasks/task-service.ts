@@ -1,10 +1,9 @@
 import { annotateSpan, type Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
-import { StoreError, decodeTaskCursor, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { StoreError, decodeTaskCursor, type ApprovalPolicy, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
-import type { CreateTaskBody } from '../http/schemas/tasks.schema.ts';
 
 /** A lead that plans its own team: it has the spawn_worker tool. */
 export const DEFAULT_LEAD_INSTRUCTIONS =
@@ -13,6 +12,19 @@ export const DEFAULT_LEAD_INSTRUCTIONS =
 export const DEFAULT_NAMED_LEAD_INSTRUCTIONS =
   'You lead a team of agents whose workers were chosen for you and work on the goal in parallel. When they finish, combine their results into one answer.';
 export const DEFAULT_WORKER_INSTRUCTIONS = 'Do your part of the team goal and answer with your findings.';
+
+/** A team task as a client asks for it (each edge validates its own wire form first). */
+export interface CreateTaskRequest {
+  workspace_id: string;
+  goal: string;
+  team?: {
+    lead?: { instructions?: string; model?: string };
+    workers?: { role: string; instructions?: string; model?: string; tools?: string[] }[];
+    max_workers?: number;
+    approval_policy?: ApprovalPolicy;
+  };
+  metadata?: Record<string, unknown>;
+}
 
 export interface TaskServiceDeps {
   store: TaskStore;
@@ -30,7 +42,7 @@ export class TaskService {
     this.deps = deps;
   }
 
-  async create(principal: Principal, body: CreateTaskBody, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
+  async create(principal: Principal, body: CreateTaskRequest, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
     if (!canAccess(principal, body.workspace_id)) {
       throw new ApiError('permission_denied', `this key is not valid for workspace "${body.workspace_id}"`);
     }
@@ -139,7 +151,7 @@ export function taskIdFrom(raw: string): string {
   return taskId;
 }
 
-function normaliseTeam(body: CreateTaskBody, defaultMaxWorkers: number): TeamSpec {
+function normaliseTeam(body: CreateTaskRequest, defaultMaxWorkers: number): TeamSpec {
   const workers = (body.team?.workers ?? []).map((w) => ({
     role: w.role,
     instructions: w.instructions ?? DEFAULT_WORKER_INSTRUCTIONS,

@@ -7,7 +7,7 @@ import { PathRefusedError, readFileTool, readConfinedFile, writeConfinedFile, wr
 let base: string;
 let root: string;
 let outside: string;
-const ctx = { signal: new AbortController().signal };
+const ctx = { signal: new AbortController().signal, callId: 'call_1' };
 
 beforeEach(async () => {
   base = await mkdtemp(join(tmpdir(), 'vm-agent-files-'));

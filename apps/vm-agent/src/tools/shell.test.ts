@@ -43,13 +43,13 @@ describe('shell tool', () => {
     } finally {
       delete process.env.VM_AGENT_TEST_SECRET;
     }
-    const text = await shellTool({ cwd: dir, timeoutMs: 5_000 }).run({ command: 'echo hi > out.txt && cat out.txt' }, { signal: never });
+    const text = await shellTool({ cwd: dir, timeoutMs: 5_000 }).run({ command: 'echo hi > out.txt && cat out.txt' }, { signal: never, callId: 'call_1' });
     expect(text).toBe('exit code: 0\nstdout:\nhi\nstderr:\n(empty)');
     expect(await readFile(join(dir, 'out.txt'), 'utf8')).toBe('hi\n');
   });
 
   it('truncates long output', async () => {
-    const text = await shellTool({ cwd: dir, timeoutMs: 5_000, maxOutputBytes: 10 }).run({ command: 'head -c 100 /dev/zero | tr "\\0" x' }, { signal: never });
+    const text = await shellTool({ cwd: dir, timeoutMs: 5_000, maxOutputBytes: 10 }).run({ command: 'head -c 100 /dev/zero | tr "\\0" x' }, { signal: never, callId: 'call_1' });
     expect(text).toBe('exit code: 0\nstdout:\nxxxxxxxxxx\n[stdout truncated: 100 bytes in all]\nstderr:\n(empty)');
   });
 
@@ -59,7 +59,7 @@ describe('shell tool', () => {
     const r = await run;
     expect(r.timedOut).toBe(true);
     expect(await waitUntilDead(pid, 1_000)).toBe(true);
-    const text = await shellTool({ cwd: dir, timeoutMs: 200 }).run({ command: 'sleep 30' }, { signal: never });
+    const text = await shellTool({ cwd: dir, timeoutMs: 200 }).run({ command: 'sleep 30' }, { signal: never, callId: 'call_1' });
     expect(text).toMatch(/^timed out after 200 ms; the command was killed/);
   });
 
@@ -80,6 +80,6 @@ describe('shell tool', () => {
   });
 
   it('refuses a missing command', async () => {
-    await expect(shellTool({ cwd: dir, timeoutMs: 1_000 }).run({}, { signal: never })).rejects.toThrow('"command" must be a non-empty string');
+    await expect(shellTool({ cwd: dir, timeoutMs: 1_000 }).run({}, { signal: never, callId: 'call_1' })).rejects.toThrow('"command" must be a non-empty string');
   });
 });

@@ -4,10 +4,8 @@ import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type Agent
 import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
-  AGENT_JOB_OPTIONS,
   LEAD_WORKER_ID,
   StoreError,
-  agentJobId,
   evaluatePolicy,
   newApprovalId,
   type ApprovalRecord,
@@ -206,13 +204,7 @@ export class AgentJobProcessor {
         await this.deps.store.addWorkers(task.task_id, lease, planned.spawned);
         team = planned.spawned.map((w) => w.worker_id);
       }
-      await this.deps.queue.queue.addBulk(
-        team.map((workerId) => ({
-          name: 'worker',
-          data: { taskId: task.task_id, workerId },
-          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(task.task_id, workerId), parent: { id: job.id!, queue: job.queueQualifiedName }, ignoreDependencyOnFailure: true },
-        })),
-      );
+      await this.deps.queue.addWorkerJobs(task.task_id, team, { id: job.id!, queue: job.queueQualifiedName });
       await job.updateData({ ...job.data, step: 'synthesize' });
       await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
       await this.waitForChildren(job, lease, task);

@@ -1,13 +1,13 @@
 import { WaitingError, type Job } from 'bullmq';
 import type { Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
-import { StoreError, type KeyBuilder } from '@cadre/store';
+import { StoreError, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
 
 export interface SessionJobDeps {
   runner: TurnRunner;
   cancels: CancelRegistry;
-  keys: KeyBuilder;
+  store: SessionStore;
   logger: Logger;
 }
 
@@ -57,11 +57,7 @@ export class SessionJobProcessor {
     const log = this.deps.logger.child({ sessionId, wake, jobId: job.id });
     // Claimed before the cancel check is registered: that check aborts a loop whose lease is not the job's.
     if (!(await this.deps.runner.claim(sessionId, wake, token))) return { sessionId, outcome: 'stale' };
-    const ac = this.deps.cancels.register(sessionId, {
-      key: this.deps.keys.session(sessionId).meta,
-      field: 'lease',
-      ended: (lease) => lease !== token,
-    });
+    const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token);
     this.running.set(job.id!, ac);
     try {
       const outcome = await this.deps.runner.run(sessionId, token, ac.signal);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { builtinTools, resolveTools, UnknownToolError } from './builtin.ts';
 
-const ctx = () => ({ signal: new AbortController().signal });
+const ctx = () => ({ signal: new AbortController().signal, callId: 'call_1' });
 
 describe('builtin tools', () => {
   it('calculate evaluates its expression argument', async () => {
@@ -18,7 +18,7 @@ describe('builtin tools', () => {
     await expect(builtinTools.wait!.run({ ms: 5 }, ctx())).resolves.toBe('waited 5 ms');
     await expect(builtinTools.wait!.run({ ms: 60_001 }, ctx())).rejects.toThrow('"ms" must be a number');
     const controller = new AbortController();
-    const waiting = builtinTools.wait!.run({ ms: 60_000 }, { signal: controller.signal });
+    const waiting = builtinTools.wait!.run({ ms: 60_000 }, { signal: controller.signal, callId: 'call_1' });
     setTimeout(() => controller.abort(), 20);
     await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
   });

@@ -16,12 +16,9 @@ import {
   runParams,
   stopAllBody,
   type ControlBody,
-  type CreateRunBody,
-  type DispatchedBody,
-  type HeartbeatBody,
-  type RelayBody,
   type StopAllBody,
 } from '../schemas/runs.schema.ts';
+import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '@cadre/protocol';
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -1,7 +1,6 @@
 // JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's, and
 // so is what may be null: every field the original declares Optional takes an explicit null. Cadre's additions
 // are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
-import type { HeartbeatInput } from '@cadre/store';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 /** An Optional[str] of the original: a string, null, or absent. */
@@ -31,15 +30,6 @@ export const createRunBody = {
     metadata: { type: 'object', maxProperties: 64 },
   },
 } as const;
-
-export interface CreateRunBody {
-  workspace_id: string;
-  agent_id?: string | null;
-  query: string;
-  requested_by?: string | null;
-  files?: { artifact_id: string; filename?: string | null; content_type?: string | null }[];
-  metadata?: Record<string, unknown>;
-}
 
 /** Any run id form is looked up (an unknown one is 404, as the original), so the path only bounds its length. */
 export const runParams = {
@@ -74,9 +64,6 @@ export const heartbeatBody = {
     acked_command_ids: { type: 'array', maxItems: 1000, items: id },
   },
 } as const;
-
-/** The store's heartbeat input as sent: metadata optional, plus Cadre's acknowledgements. */
-export type HeartbeatBody = Omit<HeartbeatInput, 'metadata'> & { metadata?: Record<string, unknown>; acked_command_ids?: string[] };
 
 export const controlBody = {
   type: 'object',
@@ -113,14 +100,6 @@ export const dispatchedBody = {
   properties: { worker_id: id, user_id: text(128), turn_ref: text(128), conversation_ref: optionalText(160), lease_id: text(64) },
 } as const;
 
-export interface DispatchedBody {
-  worker_id: string;
-  user_id?: string;
-  turn_ref?: string;
-  conversation_ref?: string | null;
-  lease_id?: string;
-}
-
 const relayedEvent = {
   type: 'object',
   additionalProperties: false,
@@ -141,16 +120,6 @@ export const relayBody = {
     batch_id: { type: 'string', minLength: 1, maxLength: 64 },
   },
 } as const;
-
-export interface RelayBody {
-  event_type?: string;
-  source?: string;
-  payload?: unknown;
-  events?: { event_type: string; source?: string; payload?: unknown }[];
-  worker_id?: string;
-  lease_id?: string;
-  batch_id?: string;
-}
 
 export const eventsQuery = {
   type: 'object',

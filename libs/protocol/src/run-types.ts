@@ -1,4 +1,5 @@
-// The runs contract (WindieOS "Runs / VM Control"): field names as on the wire.
+// The runs contract (WindieOS "Runs / VM Control"): field names as on the wire, shared by the gateway, the store
+// and the vm-agent.
 
 export const RUN_STATUSES = ['awaiting_worker', 'queued', 'running', 'paused', 'stopped', 'completed', 'failed'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
@@ -123,4 +124,36 @@ export interface RelayedEvent {
   event_type: string;
   source?: string;
   payload?: unknown;
+}
+
+// Request bodies as a client sends them (the gateway validates them against its JSON schemas first).
+
+export interface CreateRunBody {
+  workspace_id: string;
+  agent_id?: string | null;
+  query: string;
+  requested_by?: string | null;
+  files?: { artifact_id: string; filename?: string | null; content_type?: string | null }[];
+  metadata?: Record<string, unknown>;
+}
+
+/** A heartbeat as sent: metadata optional, plus Cadre's acknowledgements. */
+export type HeartbeatBody = Omit<HeartbeatInput, 'metadata'> & { metadata?: Record<string, unknown>; acked_command_ids?: string[] };
+
+export interface DispatchedBody {
+  worker_id: string;
+  user_id?: string;
+  turn_ref?: string;
+  conversation_ref?: string | null;
+  lease_id?: string;
+}
+
+export interface RelayBody {
+  event_type?: string;
+  source?: string;
+  payload?: unknown;
+  events?: { event_type: string; source?: string; payload?: unknown }[];
+  worker_id?: string;
+  lease_id?: string;
+  batch_id?: string;
 }
