@@ -1,13 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
-import { KeyBuilder } from '@cadre/store';
+import { KeyBuilder, SessionStore } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
 let redis: TestRedisClient;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 1 });
+  // A short enqueue grace, so the sweeper's passes come within the test.
+  stack = await TestStack.start({ workers: 1, env: { CADRE_ENQUEUE_GRACE_MS: '400' } });
   redis = stack.redis.connect();
 });
 afterAll(async () => {
@@ -181,5 +182,45 @@ describe('steering and follow-ups', () => {
     expect((await api().request('PATCH', `/api/sessions/${id}/modes`, {})).status).toBe(400);
     expect((await api().post(`/api/sessions/${id}/abort`, { prompt: { content: '' } })).status).toBe(400);
     expect(JSON.stringify([await redis.hgetall(k.meta), await redis.xlen(k.events)])).toBe(before);
+  });
+
+  it('closing a session drops its queued steers and follow-ups, each with an input_dropped outcome', async () => {
+    const id = await newSession({ interrupt_mode: 'wait' });
+    await api().post(`/api/sessions/${id}/messages`, { content: `Long answer ${SLOW}` });
+    await eventsUntil(id, count('text_delta', 1));
+    await api().post(`/api/sessions/${id}/steer`, { content: 'steer me', input_id: 'st-1' });
+    await api().post(`/api/sessions/${id}/follow-ups`, { content: 'then this', input_id: 'fu-1' });
+    await api().post(`/api/sessions/${id}/follow-ups`, { content: 'and this', input_id: 'fu-2' });
+    expect((await api().request('DELETE', `/api/sessions/${id}`)).status).toBe(200);
+    const all = await eventsUntil(id, count('session_closed', 1));
+    assertContiguous(all.map((e) => e.seq));
+    const dropped = all.filter((e) => e.event_type === 'input_dropped').map((e) => e.payload);
+    expect(dropped).toEqual([
+      { input_id: 'st-1', kind: 'steer', reason: 'session_closed' },
+      { input_id: 'fu-1', kind: 'follow_up', reason: 'session_closed' },
+      { input_id: 'fu-2', kind: 'follow_up', reason: 'session_closed' },
+    ]);
+    expect(all.some((e) => e.event_type === 'input_delivered')).toBe(false);
+    expect(all.at(-1)!.event_type).toBe('session_closed');
+    const { body } = await api().get<{ session: Session }>(`/api/sessions/${id}`);
+    expect(body.session).toMatchObject({ status: 'closed', queued_steering: [], queued_follow_ups: [] });
+  });
+
+  it('a turn whose enqueuer died after starting it (state written, no job) is enqueued by the sweeper and finishes', async () => {
+    const id = await newSession();
+    const keys = new KeyBuilder(stack.prefix);
+    const store = new SessionStore({ redis, keys });
+    // What a gateway does before it dies: marks the change, starts the turn (one script), and never adds the job.
+    const mark = `${id} died-before-enqueue`;
+    await store.markEnqueueing(mark);
+    const wake = await store.startTurn(id, { message_id: 'orphan-1', content: 'Are you still there?' });
+    expect(wake).toBe(1);
+    const all = await eventsUntil(id, count('turn_complete', 1));
+    assertContiguous(all.map((e) => e.seq));
+    expect(all.find((e) => e.event_type === 'turn_complete')!.payload).toMatchObject({ message_id: 'orphan-1', stop_reason: 'end_turn' });
+    expect(answers(all)).toEqual([expect.stringMatching(/^Scripted answer to "Are you still there\?"/)]);
+    expect(await redis.zscore(keys.sessionsEnqueueing(), mark)).toBeNull();
+    const { body } = await api().get<{ session: Session }>(`/api/sessions/${id}`);
+    expect(body.session.status).toBe('idle');
   });
 });

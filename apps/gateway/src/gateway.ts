@@ -72,7 +72,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }), store, queue, sessions,
   });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
-  const enqueueSweeper = new EnqueueSweeper({ store, queue, graceMs: config.enqueueGraceMs, logger });
+  const enqueueSweeper = new EnqueueSweeper({ store, queue, sessions, graceMs: config.enqueueGraceMs, logger });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });

@@ -4,7 +4,7 @@ import { StoreError, type ApprovalRule, type ClientCall, type EventFanout, type 
 import { afterDecision, approvalRules, approvalView, type SessionApprovalView } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
-import type { SessionQueue } from './session-queue.ts';
+import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import type { TranscriptMessage } from './transcript.ts';
 import { checkText, clientTools, type ToolInput } from './validate.ts';
 
@@ -123,10 +123,9 @@ export class SessionEngine {
     const tools = input.tools && input.tools.length > 0 ? clientTools(input.tools, '', 'tools') : undefined;
     checkText(input.system_context ?? '', L.systemContext, 'system_context');
     await this.access(scope, sessionId);
-    const wake = await this.mapped(this.deps.store.startTurn(sessionId, {
+    await this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
       message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
-    }));
-    await this.deps.queue.enqueueTurn(sessionId, wake);
+    })), (wake) => wake);
     return { message_id: messageId };
   }
 
@@ -140,9 +139,11 @@ export class SessionEngine {
     const inputId = input.input_id || randomUUID();
     checkText(inputId, L.messageId, 'input_id');
     await this.access(scope, sessionId);
-    const result = await this.mapped(this.deps.store.queueInput(sessionId, kind, { input_id: inputId, content: input.content }, L.queuedInputs));
+    const result = await this.wake(
+      sessionId, () => this.mapped(this.deps.store.queueInput(sessionId, kind, { input_id: inputId, content: input.content }, L.queuedInputs)),
+      (r) => (r.kind === 'started' ? r.wake : 0),
+    );
     if (result.kind === 'queued') return { input_id: inputId, kind, outcome: 'queued', position: result.position };
-    await this.deps.queue.enqueueTurn(sessionId, result.wake);
     return { input_id: inputId, kind, outcome: 'started' };
   }
 
@@ -158,8 +159,9 @@ export class SessionEngine {
       checkText(messageId, L.messageId, 'message_id');
     }
     await this.access(scope, sessionId);
-    const result = await this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined));
-    if (result.wake > 0) await this.deps.queue.enqueueTurn(sessionId, result.wake);
+    const result = await this.wake(
+      sessionId, () => this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined)), (r) => r.wake,
+    );
     return { aborted: result.aborted, dropped: result.dropped, message_id: messageId };
   }
 
@@ -206,13 +208,12 @@ export class SessionEngine {
     }
     if (input.duration_ms !== undefined && (!Number.isFinite(input.duration_ms) || input.duration_ms < 0)) throw invalid('duration_ms must be a non-negative number');
     await this.access(scope, sessionId);
-    const wake = await this.mapped(this.deps.store.resolveToolCall(sessionId, {
+    const wake = await this.wake(sessionId, () => this.mapped(this.deps.store.resolveToolCall(sessionId, {
       tool_call_id: input.tool_call_id, success: input.success, result: input.result,
       ...(input.exit_code !== undefined && { exit_code: input.exit_code }),
       ...(input.truncated && { truncated: true }),
       ...(input.duration_ms !== undefined && { duration_ms: input.duration_ms }),
-    }));
-    if (wake > 0) await this.deps.queue.enqueueTurn(sessionId, wake);
+    })), (w) => w);
     return { resumed: wake > 0 };
   }
 
@@ -320,6 +321,26 @@ export class SessionEngine {
       }));
   }
 
+  /**
+   * The enqueue sweeper's pass: changes marked before `beforeMs` whose process died before enqueueing the turn
+   * they woke. A session still `running` with no attempt holding it gets its turn's job (the job id derives from
+   * the wake, so a job that is already there is not added twice). Returns how many it enqueued.
+   */
+  async enqueueStranded(beforeMs: number, limit = 100): Promise<number> {
+    const { store, queue } = this.deps;
+    let enqueued = 0;
+    for (const mark of await store.enqueueBacklog(beforeMs, limit)) {
+      const sessionId = mark.split(' ')[0]!;
+      const wake = await store.unclaimedWake(sessionId);
+      if (wake !== null) {
+        await queue.enqueueTurn(sessionId, wake);
+        enqueued++;
+      }
+      await store.enqueued(mark);
+    }
+    return enqueued;
+  }
+
   /** For Keepalive frames: tokens used by the current turn and the context budget. */
   async usage(sessionId: string): Promise<{ status: string; tokens_used: number; tokens_max: number } | null> {
     return this.deps.store.usage(sessionId);
@@ -329,6 +350,10 @@ export class SessionEngine {
     checkSessionId(sessionId);
     const head = await this.deps.store.sessionHead(sessionId);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
+  }
+
+  private wake<T>(sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number): Promise<T> {
+    return changeAndEnqueue(this.deps.store, this.deps.queue, sessionId, change, wakeOf);
   }
 
   /** Store refusals as engine errors with the codes edges map. */

@@ -1,5 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
-import { AGENT_QUEUE, type KeyBuilder, type RedisClient } from '@cadre/store';
+import { AGENT_QUEUE, type KeyBuilder, type RedisClient, type SessionStore } from '@cadre/store';
 
 /** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
 export const SESSION_TURN_JOB = 'session-turn';
@@ -68,4 +69,29 @@ export class SessionQueue {
   async close(): Promise<void> {
     await this.queue.close();
   }
+}
+
+/**
+ * Makes a change that may wake a turn (`wakeOf` reads the wake from its result, 0 = none) and enqueues that turn's
+ * job. Two steps on two slots, so the store marks the session before the change (same connection, so the mark is
+ * written first) and the mark goes once the job is in: a process that dies in between leaves it for the enqueue
+ * sweeper (SessionEngine.enqueueStranded).
+ */
+export async function changeAndEnqueue<T>(store: SessionStore, queue: SessionQueue, sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number): Promise<T> {
+  const mark = `${sessionId} ${randomUUID()}`;
+  // A mark that could not be written (Redis unreachable) fails the change behind it on the same connection.
+  const marked = store.markEnqueueing(mark).catch(() => undefined);
+  let result: T;
+  try {
+    result = await change();
+  } catch (err) {
+    await marked;
+    await store.enqueued(mark).catch(() => undefined);
+    throw err;
+  }
+  await marked;
+  const wake = wakeOf(result);
+  if (wake > 0) await queue.enqueueTurn(sessionId, wake);
+  await store.enqueued(mark);
+  return result;
 }

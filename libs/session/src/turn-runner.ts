@@ -7,7 +7,7 @@ import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
-import type { SessionQueue } from './session-queue.ts';
+import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import { clientResultText, modelMessages, nextStep, type TranscriptMessage } from './transcript.ts';
 
 export interface TurnRunnerDeps {
@@ -143,15 +143,12 @@ export class TurnRunner {
 
   /** A deadline job: the client never answered, so the model gets a tool error and the turn goes on. */
   async expireToolCall(sessionId: string, toolCallId: string, timeoutMs: number): Promise<void> {
-    let wake: number;
-    try {
-      wake = await this.deps.store.resolveToolCall(sessionId, {
-        tool_call_id: toolCallId, success: false, result: `the client did not answer within ${timeoutMs} ms`, timed_out: true,
-      });
-    } catch {
-      return; // answered in time, or the turn or session ended: nothing to expire
-    }
-    if (wake > 0) await this.deps.queue.enqueueTurn(sessionId, wake);
+    const { store, queue } = this.deps;
+    const expire = (): Promise<number> => store.resolveToolCall(sessionId, {
+      tool_call_id: toolCallId, success: false, result: `the client did not answer within ${timeoutMs} ms`, timed_out: true,
+    });
+    // Refused: answered in time, or the turn or session ended, so there is nothing to expire.
+    await changeAndEnqueue(store, queue, sessionId, () => expire().catch(() => 0), (wake) => wake);
   }
 
   /** An approval's deadline job: still pending, it expires (denied with "approval timed out") and the turn goes on. */
@@ -299,10 +296,9 @@ export class TurnRunner {
    */
   private async endTurn(state: TurnState, lease: string, events: SessionEventInput[], usage: TokenUsage, stopReason: string, messages: object[] = []): Promise<boolean> {
     const commit: TurnCommit = { messages, fields: { turn_usage: JSON.stringify(usage) }, events };
-    const end = await this.deps.store.finishTurn(state.session_id, lease, commit, stopReason);
-    if (end.kind === 'continue') return false;
-    if (end.next > 0) await this.deps.queue.enqueueTurn(state.session_id, end.next);
-    return true;
+    const { store, queue } = this.deps;
+    const end = await changeAndEnqueue(store, queue, state.session_id, () => store.finishTurn(state.session_id, lease, commit, stopReason), (e) => (e.kind === 'ended' ? e.next : 0));
+    return end.kind === 'ended';
   }
 
   /** Lets go of the turn without ending it (worker shutdown): the job is handed back and resumed elsewhere. */

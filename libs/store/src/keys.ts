@@ -12,6 +12,8 @@ import { createHash } from 'node:crypto';
  *   <prefix>:stats:tasks       hash: status → count of tasks that reached it (metrics only)
  *   <prefix>:tasks:enqueueing  sorted set: task id → ms its creation began; left behind only by a gateway that
  *                              died before enqueueing the task's jobs (a sweeper enqueues those)
+ *   <prefix>:sessions:enqueueing  sorted set: `<sessionId> <nonce>` → ms a change that may wake a turn began;
+ *                              left behind only by a process that died before enqueueing the turn's job
  * (A task created with an Idempotency-Key has an id derived from workspace and key, so it needs no key of its own.)
  *
  *
@@ -40,7 +42,7 @@ import { createHash } from 'node:crypto';
  * `<prefix>:cancel` (classic pub/sub, message `<taskId|sessionId>`, cluster-wide) reaches running agent loops.
  *
  * On Redis Cluster: every key of a task, session or workspace carries its hash tag, so each script and MULTI is
- * on one slot. The few global keys (`stats:tasks`, `tasks:enqueueing`, `workspaces`, `runidx:{<runId>}`) are
+ * on one slot. The few global keys (`stats:tasks`, `tasks:enqueueing`, `sessions:enqueueing`, `workspaces`, `runidx:{<runId>}`) are
  * each written by a command of their own, beside the scripts, never inside one; BullMQ's keys share the tag
  * `{<prefix>:bull}`.
  */
@@ -90,6 +92,10 @@ export class KeyBuilder {
 
   tasksEnqueueing(): string {
     return `${this.prefix}:tasks:enqueueing`;
+  }
+
+  sessionsEnqueueing(): string {
+    return `${this.prefix}:sessions:enqueueing`;
   }
 
   /** The base every run key of a workspace is derived from (in Lua as well). */

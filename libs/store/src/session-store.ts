@@ -119,6 +119,30 @@ export class SessionStore {
     return wake;
   }
 
+  /**
+   * Marks a change that may wake a turn (start, tool result, queued input, abort with a prompt, a turn's end) before
+   * it is made; the caller clears the mark once the turn's job is enqueued. A process that dies in between leaves
+   * the mark for the enqueue sweeper. `mark` is `<sessionId> <nonce>`, so concurrent changes keep their own marks.
+   */
+  async markEnqueueing(mark: string): Promise<void> {
+    await this.redis.zadd(this.keys.sessionsEnqueueing(), Date.now(), mark);
+  }
+
+  async enqueued(mark: string): Promise<void> {
+    await this.redis.zrem(this.keys.sessionsEnqueueing(), mark);
+  }
+
+  /** Marks older than `beforeMs`: the sweeper's work list. */
+  async enqueueBacklog(beforeMs: number, limit: number): Promise<string[]> {
+    return this.redis.zrangebyscore(this.keys.sessionsEnqueueing(), '-inf', beforeMs, 'LIMIT', 0, limit);
+  }
+
+  /** The turn a job must run: its wake while the session is `running` and no attempt holds it, else null. */
+  async unclaimedWake(sessionId: string): Promise<number | null> {
+    const [status, wake, lease] = await this.redis.hmget(this.keys.session(sessionId).meta, 'status', 'wake', 'lease');
+    return status === 'running' && !lease && wake ? Number(wake) : null;
+  }
+
   /** Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. */
   async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number }> {
     const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId));
@@ -233,7 +257,7 @@ export class SessionStore {
   }
 
   async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
-    const code = await this.scripts.closeSession(...this.k(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
+    const code = await this.scripts.closeSession(...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
     if (code < 0) throw sessionScriptError(code, 'close session');
     return code === 1 ? 'closed' : 'already';
   }

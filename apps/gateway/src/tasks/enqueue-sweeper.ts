@@ -1,4 +1,5 @@
 import type { Logger } from '@cadre/observability';
+import type { SessionEngine } from '@cadre/session';
 import type { TaskStore, TeamQueue } from '@cadre/store';
 import { scrubError } from '@cadre/observability';
 
@@ -7,14 +8,16 @@ import { scrubError } from '@cadre/observability';
  * to BullMQ (another slot, so another step); the store marks it first, and the creating gateway clears the mark
  * once the jobs are in. A mark older than `graceMs` means that gateway died: the sweeper enqueues the task if it is
  * still queued (job ids derive from the task, so a job that is already there is not added twice) and clears the
- * mark. Every gateway runs one on a chained timer; replicas only repeat each other's no-ops.
+ * mark. Sessions the same way: a change that woke a turn (a message, a tool result, a turn's end in a worker) whose
+ * process died before the turn's job was added (SessionEngine.enqueueStranded). Every gateway runs one on a chained
+ * timer; replicas only repeat each other's no-ops.
  */
 export class EnqueueSweeper {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  private readonly opts: { store: TaskStore; queue: TeamQueue; graceMs: number; logger: Logger };
+  private readonly opts: { store: TaskStore; queue: TeamQueue; sessions: SessionEngine; graceMs: number; logger: Logger };
 
-  constructor(opts: { store: TaskStore; queue: TeamQueue; graceMs: number; logger: Logger }) {
+  constructor(opts: { store: TaskStore; queue: TeamQueue; sessions: SessionEngine; graceMs: number; logger: Logger }) {
     this.opts = opts;
   }
 
@@ -27,9 +30,9 @@ export class EnqueueSweeper {
     clearTimeout(this.timer);
   }
 
-  /** One pass; returns how many stranded tasks it enqueued. */
+  /** One pass; returns how many stranded tasks and session turns it enqueued. */
   async sweep(): Promise<number> {
-    const { store, queue, graceMs } = this.opts;
+    const { store, queue, sessions, graceMs } = this.opts;
     let enqueued = 0;
     for (const taskId of await store.enqueueBacklog(Date.now() - graceMs, 100)) {
       const task = await store.getTask(taskId);
@@ -41,13 +44,13 @@ export class EnqueueSweeper {
       }
       await store.enqueued(taskId);
     }
-    return enqueued;
+    return enqueued + (await sessions.enqueueStranded(Date.now() - graceMs));
   }
 
   private async pass(): Promise<void> {
     try {
       const enqueued = await this.sweep();
-      if (enqueued > 0) this.opts.logger.warn({ enqueued }, 'enqueued tasks a gateway had left unenqueued');
+      if (enqueued > 0) this.opts.logger.warn({ enqueued }, 'enqueued tasks or session turns a process had left unenqueued');
     } catch (err) {
       this.opts.logger.error({ err: scrubError(err) }, 'enqueue sweep failed');
     }

@@ -1,16 +1,18 @@
 --[[
-  Closes a session: a turn in progress ends (cancelled), session_closed is the log's last event, running loops
-  are told on the cancel channel, and every key expires after the retention period.
-  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
+  Closes a session: every queued steer and follow-up is dropped (input_dropped, reason `session_closed`: never
+  silently lost), a turn in progress ends (cancelled), session_closed is the log's last event, running loops are
+  told on the cancel channel, and every key expires after the retention period.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   ARGV[1] sessionId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
   Returns 1 closed now, 2 already closed, -1 no such session.
 ]]
---@include session-log
+--@include session-inputs
 
 if redis.call('EXISTS', metaKey) == 0 then return -1 end
 if redis.call('HGET', metaKey, 'status') == 'closed' then return 2 end
 local now = nowMs()
+dropInputs(ARGV[1], ARGV[4], ARGV[5], 'session_closed')
 endTurn(ARGV[1], ARGV[4], ARGV[5], 'cancelled', now)
 redis.call('HSET', metaKey, 'status', 'closed', 'lease', '', 'closed_reason', ARGV[2], 'closed_at', now, 'updated_at', now)
 appendEvent(ARGV[1], ARGV[4], ARGV[5], 'session_closed', cjson.encode({ reason = ARGV[2] }))
