@@ -1,6 +1,6 @@
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, type TestRedisClient } from '@cadre/testing';
+import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
@@ -49,12 +49,11 @@ describe('cancel', () => {
       // The running tool (a 30 s wait) and the hanging model call (a 30 s delay) both abort: their jobs leave
       // `active` long before either could have finished on its own. (How fast: bench/cancel.bench.ts.)
       for (const workerId of ['sleeper-1', 'idler-2']) {
-        let job = await queue.getJob(agentJobId(taskId, workerId));
-        while (job?.finishedOn === undefined) {
-          await new Promise((r) => setTimeout(r, 20));
-          job = await queue.getJob(agentJobId(taskId, workerId));
-        }
-        expect(job.finishedOn - job.processedOn!).toBeLessThan(30_000);
+        const job = await waitUntil(`${workerId}'s job to leave active`, async () => {
+          const found = await queue.getJob(agentJobId(taskId, workerId));
+          return found?.finishedOn !== undefined ? found : null;
+        });
+        expect(job.finishedOn! - job.processedOn!).toBeLessThan(30_000);
       }
 
       // Repeating the cancel is harmless.
@@ -69,8 +68,8 @@ describe('cancel', () => {
         'task_cancelled:',
       ]);
       expect(events.filter((e) => e.event_type === 'worker_failed').every((e) => (e.payload as { reason: string }).reason === 'cancelled')).toBe(true);
-      // Nothing was appended after the terminal event, even by the aborted loops.
-      await new Promise((r) => setTimeout(r, 300));
+      // Nothing was appended after the terminal event, even by the aborted loops (once they have returned).
+      await waitUntil('the aborted loops to return their jobs', async () => (await queue.getActiveCount()) === 0);
       const after = await api.get<{ events: unknown[] }>(`/api/tasks/${taskId}/events?after_seq=${events.at(-1)!.seq}`);
       expect(after.body.events).toEqual([]);
     } finally {

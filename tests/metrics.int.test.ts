@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { grpcClient, httpClient, pollUntilTerminal, runsCall, watchTeam } from '@cadre/testing';
+import { grpcClient, httpClient, pollUntilTerminal, runsCall, waitUntil, watchTeam } from '@cadre/testing';
 import { Scrape } from './support/prometheus.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
@@ -29,14 +29,6 @@ const scrapeAll = async () => ({
   vm: await Scrape.of(vmMetrics),
 });
 
-async function until(what: string, probe: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 describe('metrics', () => {
   let before: Awaited<ReturnType<typeof scrapeAll>>;
   let after: Awaited<ReturnType<typeof scrapeAll>>;
@@ -60,11 +52,11 @@ describe('metrics', () => {
 
     const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: 'metrics', query: 'Say hi [[scripted:call=shell({"command":"echo hi"})]]' });
     const runId = run.body.run.run_id as string;
-    await until('the run to complete', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'completed');
+    await waitUntil('the run to complete', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'completed');
     ids = [taskId, runId];
 
     // The lead's last write and the run's end are recorded before the worker and agent count them: wait for those.
-    await until('the worker and vm-agent to count their work', async () => {
+    await waitUntil('the worker and vm-agent to count their work', async () => {
       const s = await scrapeAll();
       return s.worker.value('cadre_task_duration_seconds_count', { status: 'completed' }) > before.worker.value('cadre_task_duration_seconds_count', { status: 'completed' })
         && s.vm.value('cadre_vm_runs_total', { outcome: 'completed' }) > before.vm.value('cadre_vm_runs_total', { outcome: 'completed' });
@@ -117,10 +109,10 @@ describe('metrics', () => {
     const doomed = await stack.spawnVmAgent('metrics-lease', 'vm-doomed');
     const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: 'metrics-lease', query: 'Slow [[scripted:call=shell({"command":"sleep 30"})]]' });
     const runId = run.body.run.run_id as string;
-    await until('the run to start', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'running');
+    await waitUntil('the run to start', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'running');
     const start = await Scrape.of(`${stack.url}/metrics`);
     doomed.kill('SIGKILL');
-    await until('the lease to expire and the run to be requeued', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'awaiting_worker');
+    await waitUntil('the lease to expire and the run to be requeued', async () => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status === 'awaiting_worker');
     const end = await Scrape.of(`${stack.url}/metrics`);
     expect(end.value('cadre_run_lease_expiries_total') - start.value('cadre_run_lease_expiries_total')).toBe(1);
     expect(end.value('cadre_run_requeues_total') - start.value('cadre_run_requeues_total')).toBe(1);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runsCall } from '@cadre/testing';
+import { runsCall, waitUntil } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
@@ -95,8 +95,11 @@ describe('runs API: the original contract', () => {
     const a = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'a', status: 'ready' });
     expect(a.body.assigned_run.run_id).toBe(runId);
     // Worker a goes quiet past RUNS_WORKER_TTL_MS (600 ms); the sweeper requeues its run.
-    await new Promise((r) => setTimeout(r, 1200));
-    expect((await call('GET', `/api/runs/${runId}`)).body).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker: null });
+    const requeued = await waitUntil('the sweeper to requeue the run', async () => {
+      const run = (await call('GET', `/api/runs/${runId}`)).body;
+      return run.attempts === 1 ? run : null;
+    });
+    expect(requeued).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker: null });
     const b = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'b', status: 'ready' });
     expect(b.body.assigned_run.run_id).toBe(runId);
     expect(b.body.assigned_run.lease_id).not.toBe(a.body.assigned_run.lease_id);
@@ -107,10 +110,12 @@ describe('runs API: the original contract', () => {
     expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
 
     // b and then c go quiet too: the third loss (RUNS_MAX_ATTEMPTS 3) fails the run, with the reason in the log.
-    await new Promise((r) => setTimeout(r, 1200));
+    await waitUntil('the run to lose b', async () => (await call('GET', `/api/runs/${runId}`)).body.attempts === 2);
     expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'c', status: 'ready' })).body.assigned_run.run_id).toBe(runId);
-    await new Promise((r) => setTimeout(r, 1200));
-    const failed = (await call('GET', `/api/runs/${runId}`)).body;
+    const failed = await waitUntil('the run to lose c and fail', async () => {
+      const run = (await call('GET', `/api/runs/${runId}`)).body;
+      return run.attempts === 3 ? run : null;
+    });
     expect(failed).toMatchObject({ status: 'failed', attempts: 3, error: 'worker lost 3 times' });
     const last = (await call('GET', `/api/runs/${runId}/events?after_seq=7`)).body.events.map((e: any) => [e.event_type, e.payload.reason ?? null]);
     expect(last).toEqual([['run-worker-assigned', null], ['run-worker-lost', null], ['error', 'worker_lost']]);

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, runsCall } from '@cadre/testing';
+import { assertContiguous, runsCall, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // The runs API as its users see it: a seed-style VM worker and an operator, both plain HTTP with the original's
@@ -320,10 +320,13 @@ describe('paused runs and lost workers', () => {
     expect(assigned.run_id).toBe(runId);
     await dispatch(runId, 'vm-1');
     await control(runId, { action: 'pause' });
-    await new Promise((r) => setTimeout(r, 500));
-    // Any heartbeat in the workspace expires quiet workers' leases.
-    expect((await heartbeat(ws, 'vm-2', { status: 'busy' })).body.assigned_run).toBeNull();
-    expect(await getRun(runId)).toMatchObject({ status: 'paused', worker: null, attempts: 1 });
+    // Any heartbeat in the workspace expires quiet workers' leases; vm-2 is never handed the paused run.
+    const lost = await waitUntil('vm-1\'s lease to expire', async () => {
+      expect((await heartbeat(ws, 'vm-2', { status: 'busy' })).body.assigned_run).toBeNull();
+      const run = await getRun(runId);
+      return run.worker === null ? run : null;
+    });
+    expect(lost).toMatchObject({ status: 'paused', worker: null, attempts: 1 });
     // The lost worker, when it names itself, is fenced.
     for (const body of [{ event_type: 'streaming-complete', worker_id: 'vm-1' }, { event_type: 'tool-call', worker_id: 'vm-1', lease_id: assigned.lease_id }]) {
       await expectRefused(runId, 409, () => relay(runId, body));

@@ -2,7 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, httpClient } from '@cadre/testing';
+import { assertContiguous, grpcClient, httpClient, waitUntil } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
@@ -64,8 +64,8 @@ async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean, timeoutM
 
 /** Parked: the session waits and no job is active (a pending approval holds no worker slot). */
 async function parkedWithNoActiveJob(sessionId: string): Promise<void> {
-  while ((await api().get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status !== 'waiting_tool') await new Promise((r) => setTimeout(r, 20));
-  while ((await queue.getActiveCount()) > 0) await new Promise((r) => setTimeout(r, 20));
+  await waitUntil('the session to wait on its tool', async () => (await api().get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status === 'waiting_tool');
+  await waitUntil('no active job', async () => (await queue.getActiveCount()) === 0);
 }
 
 async function httpSession(rules: object[], workspace = 'sess-appr'): Promise<string> {

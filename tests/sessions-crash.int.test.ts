@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, httpClient, keysMatching, type TestRedisClient } from '@cadre/testing';
+import { assertContiguous, grpcClient, httpClient, keysMatching, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
@@ -51,8 +51,8 @@ const sessionIdOf = (s: SessionStream): string => (s.frames.find(isCase('session
 /** Waits until the session is parked on its client tools and no job is active: parking holds no worker slot. */
 async function parkedWithNoActiveJob(sessionId: string): Promise<void> {
   const api = httpClient(stack.url);
-  while ((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status !== 'waiting_tool') await new Promise((r) => setTimeout(r, 20));
-  while ((await queue.getActiveCount()) > 0) await new Promise((r) => setTimeout(r, 20));
+  await waitUntil('the session to wait on its tool', async () => (await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status === 'waiting_tool');
+  await waitUntil('no active job', async () => (await queue.getActiveCount()) === 0);
 }
 
 const text = (evs: Ev[], fromSeq = 0): string => evs.filter((e) => e.event_type === 'text_delta' && e.seq > fromSeq).map((e) => e.payload.content).join('');
@@ -217,7 +217,7 @@ describe('client tools over StreamSession', () => {
       expect(done.response!.value).toMatchObject({ stopReason: 'cancelled' });
       const sessionId = sessionIdOf(s);
       // The worker's loop stopped: its job left `active`, and nothing lands after the turn's end.
-      while ((await queue.getActiveCount()) > 0) await new Promise((r) => setTimeout(r, 20));
+      await waitUntil('no active job', async () => (await queue.getActiveCount()) === 0);
       const all = await events(sessionId);
       assertContiguous(all.map((e) => e.seq));
       expect(all.at(-1)!.event_type).toBe('turn_complete');

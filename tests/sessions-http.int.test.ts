@@ -101,7 +101,7 @@ describe('HTTP session API', () => {
     expect(events.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('cancelled');
     // Nothing of the aborted stream lands after the turn's end.
     const last = events.at(-1)!.seq;
-    await new Promise((r) => setTimeout(r, 300));
+    await stack.loopsIdle();
     const after = await api.get<{ events: Ev[] }>(`/api/sessions/${id}/events?after_seq=${last}`);
     expect(after.body.events).toEqual([]);
     // The session takes the next message.

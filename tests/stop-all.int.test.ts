@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, runsCall } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, runsCall, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // The emergency stop across two workspaces that each have runs in every active state and running team tasks.
@@ -55,11 +55,7 @@ async function taskEvents(taskId: string): Promise<{ seq: number; event_type: st
 }
 
 async function waitRunning(taskId: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while ((await taskStatus(taskId)) !== 'running') {
-    if (Date.now() > deadline) throw new Error(`task ${taskId} never started`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitUntil(`task ${taskId} to start`, async () => (await taskStatus(taskId)) === 'running');
 }
 
 /** A workspace with a running, an assigned (queued), a paused and an awaiting run, and two running tasks. */
@@ -137,7 +133,7 @@ describe('stop-all', () => {
     const taskLogs = await Promise.all([...a.taskIds, ...b.taskIds].map(taskEvents));
     expect((await stopAll({})).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
     expect((await stopAll()).body).toEqual({ workspace_id: null, stopped_run_ids: [], count: 0, stopped_task_ids: [] });
-    await new Promise((r) => setTimeout(r, 300)); // aborted task loops must not write after their terminal event
+    await stack.loopsIdle(); // aborted task loops must not write after their terminal event, nor once they have returned
     expect(await Promise.all([...a.runIds, ...b.runIds].map(snapshot))).toEqual(logs);
     expect(await Promise.all([...a.taskIds, ...b.taskIds].map(taskEvents))).toEqual(taskLogs);
     // Stopped runs cannot be revived or completed: a late streaming-complete is recorded, the run stays stopped.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runsCall } from '@cadre/testing';
+import { runsCall, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // Real vm-agent processes against a real gateway: a VM that dies mid-run loses its lease and another VM finishes.
@@ -15,14 +15,11 @@ afterAll(async () => {
 
 const call = (method: string, path: string, body?: unknown) => runsCall(stack.url, RUNS_KEY, method, path, body);
 
-async function waitForLog(runId: string, pred: (types: string[]) => boolean, timeoutMs = 20_000): Promise<any[]> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+async function waitForLog(runId: string, pred: (types: string[]) => boolean): Promise<any[]> {
+  return waitUntil(`run ${runId}'s log to match`, async () => {
     const events = (await call('GET', `/api/runs/${runId}/events?limit=1000`)).body.events as any[];
-    if (pred(events.map((e) => e.event_type))) return events;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`run ${runId}: condition not met in ${timeoutMs} ms`);
+    return pred(events.map((e) => e.event_type)) ? events : null;
+  });
 }
 
 describe('VM fleet', () => {

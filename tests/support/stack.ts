@@ -10,7 +10,7 @@ import { gatewayConfig } from '../../apps/gateway/src/config.ts';
 import { startGateway, type Gateway } from '../../apps/gateway/src/gateway.ts';
 import { workerConfig } from '../../apps/worker/src/config.ts';
 import { startWorkerPool, type WorkerPool } from '../../apps/worker/src/worker-pool.ts';
-import { TEST_API_KEY, startTestRedis, type TestRedis } from '@cadre/testing';
+import { TEST_API_KEY, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
 
 export { TEST_API_KEY };
 const silent = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
@@ -63,6 +63,11 @@ export class TestStack {
 
   get grpcTarget(): string {
     return `127.0.0.1:${this.gateways[0]!.port}`;
+  }
+
+  /** Resolves once no agent loop runs in this stack's worker pools (an aborted loop has returned, not just been told). */
+  async loopsIdle(): Promise<void> {
+    await waitUntil('the worker pools to have no running agent loop', () => this.pools.every((pool) => pool.runningLoops() === 0));
   }
 
   async addGateway(env: Record<string, string> = {}): Promise<Gateway> {

@@ -12,6 +12,8 @@ import type { WorkerConfig } from './config.ts';
 
 export interface WorkerPool {
   metricsPort: number | undefined;
+  /** Agent loops (team workers and session turns) running in this process now. */
+  runningLoops(): number;
   /** Stop taking jobs; let running ones finish for `graceMs`, then hand them back and exit. */
   close(graceMs?: number): Promise<void>;
 }
@@ -120,6 +122,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 
   return {
     metricsPort: metricsServer ? (metricsServer.address() as { port: number }).port : undefined,
+    runningLoops: () => cancels.size(),
     async close(graceMs = config.shutdownGraceMs) {
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
