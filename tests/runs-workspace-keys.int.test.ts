@@ -136,6 +136,18 @@ describe('per-workspace runs keys', () => {
     expect(everything.body.stopped_run_ids).toContain(runB);
   });
 
+  it('a key accepted before keeps its reach; near misses of it stay refused; blanks around it still do not count', async () => {
+    // KEY_A and the shared key have been accepted by the earlier tests, so these requests meet the remembered keys.
+    for (const wrong of [`${KEY_A}x`, KEY_A.slice(0, -1), KEY_A.toUpperCase(), `${SHARED} ${KEY_A}`]) {
+      const res = await as(wrong)('GET', `/api/runs?workspace_id=${WS_A}`);
+      expect(res.status, wrong).toBe(401);
+      expect(res.body.error.code).toBe('unauthenticated');
+    }
+    expect((await as(`  ${KEY_A} `)('GET', `/api/runs?workspace_id=${WS_A}`)).status).toBe(200);
+    expect((await as(`  ${KEY_A} `)('GET', `/api/runs?workspace_id=${WS_B}`)).status).toBe(403);
+    expect((await shared('GET', `/api/runs?workspace_id=${WS_B}`)).status).toBe(200);
+  });
+
   it('a gateway with only workspace keys serves those workspaces; stop-all of its own workspace needs no control key', async () => {
     const gw = await stack.addGateway({ RUNS_API_KEY: '', RUNS_CONTROL_API_KEY: '' });
     const base = `http://127.0.0.1:${gw.port}`;
