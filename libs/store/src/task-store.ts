@@ -109,8 +109,8 @@ export class TaskStore {
       if (!task) throw new Error(`task ${taskId} vanished right after creation`);
       return { task, created: false };
     }
-    await this.index(taskId, input.workspace_id, created);
-    await this.redis.hincrby(this.keys.taskStats(), 'queued', 1);
+    // Listing and metrics are other slots (the workspace's, the global stats): sent together, one round trip.
+    await Promise.all([this.index(taskId, input.workspace_id, created), this.redis.hincrby(this.keys.taskStats(), 'queued', 1)]);
     const now = new Date(created).toISOString();
     const task: TaskRecord = {
       task_id: taskId, workspace_id: input.workspace_id, goal: input.goal, status: 'queued', mode, team: input.team, metadata: input.metadata,
@@ -135,11 +135,13 @@ export class TaskStore {
    * and again by the enqueue sweeper for a task whose gateway died before it: doing it twice changes nothing.
    */
   async index(taskId: string, workspaceId: string, createdMs: number): Promise<void> {
-    await this.scripts.indexTask(
-      this.keys.workspaceTaskList(workspaceId), this.keys.workspaceTasks(workspaceId),
-      listMember(createdMs, taskId), taskId, this.taskListMax, listMember(createdMs - this.retentionSec * 1000, ''),
-    );
-    await this.redis.sadd(this.keys.workspaces(), workspaceId);
+    await Promise.all([
+      this.scripts.indexTask(
+        this.keys.workspaceTaskList(workspaceId), this.keys.workspaceTasks(workspaceId),
+        listMember(createdMs, taskId), taskId, this.taskListMax, listMember(createdMs - this.retentionSec * 1000, ''),
+      ),
+      this.redis.sadd(this.keys.workspaces(), workspaceId),
+    ]);
   }
 
   async getTask(taskId: string): Promise<TaskRecord | null> {
