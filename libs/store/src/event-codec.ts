@@ -3,13 +3,19 @@ import type { TeamEvent } from '@cadre/protocol';
 /** A stream entry as ioredis returns it: [id, [field, value, field, value, ...]]. */
 export type StreamEntry = [string, string[]];
 
+/** A flat reply of fields and values ([field, value, ...]: a stream entry's, HGETALL's from a script) as an object. */
+export function fieldsOf(flat: string[]): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]!] = flat[i + 1]!;
+  return fields;
+}
+
 /**
  * What every log entry carries, whatever its log: seq (the entry id is `<seq>-0`), the append time (field `ts`,
  * ms), the type (`t`) and the JSON payload (`p`); `fields` holds the rest for the log's own decoder.
  */
 export function readEntry([id, flat]: StreamEntry): { seq: number; timestamp: string; event_type: string; payload: unknown; fields: Record<string, string> } {
-  const fields: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]!] = flat[i + 1]!;
+  const fields = fieldsOf(flat);
   return {
     seq: Number(id.slice(0, id.indexOf('-'))),
     timestamp: new Date(Number(fields.ts)).toISOString(),

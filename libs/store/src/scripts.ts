@@ -45,7 +45,7 @@ export function defineScripts(redis: RedisClient): void {
 export type ScriptArg = string | number;
 export interface StoreScripts {
   createTask(...args: ScriptArg[]): Promise<number>;
-  claimWorker(...args: ScriptArg[]): Promise<[number, number, string?, string?]>;
+  claimWorker(...args: ScriptArg[]): Promise<[number, number, string?, string?, string[]?]>;
   appendWorkerEvent(...args: ScriptArg[]): Promise<number>;
   finishWorker(...args: ScriptArg[]): Promise<number>;
   addWorkers(...args: ScriptArg[]): Promise<number>;

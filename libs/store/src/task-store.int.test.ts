@@ -63,6 +63,20 @@ describe('fencing by lease', () => {
     expect(await store.getWorker(taskId, 'writer-1')).toMatchObject({ status: 'completed', result: 'done' });
   });
 
+  it("the lead's claim carries the roster as getTask shows it (its workers' results); a worker's claim does not", async () => {
+    const taskId = await newTask();
+    const worker = await store.claimWorker(taskId, 'writer-1', 'W', 'h');
+    expect(worker.team).toBeUndefined();
+    const usage = { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 };
+    await store.finishWorker(taskId, 'writer-1', 'W', { outcome: 'completed', result: 'draft', usage });
+    const lead = await store.claimWorker(taskId, 'lead', 'L', 'h');
+    expect(lead.team).toEqual((await store.getTask(taskId))!.workers);
+    expect(lead.team!.map((w) => [w.worker_id, w.status, w.result, w.usage])).toEqual([
+      ['lead', 'running', null, null],
+      ['writer-1', 'completed', 'draft', usage],
+    ]);
+  });
+
   it('closes the task atomically with the lead, expires its keys, and refuses writes after the end', async () => {
     const taskId = await newTask();
     await store.claimWorker(taskId, 'lead', 'L', 'h');

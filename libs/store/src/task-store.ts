@@ -6,7 +6,7 @@ import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { checkCursor, scriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
-import { decodeEntry, type StreamEntry } from './event-codec.ts';
+import { decodeEntry, fieldsOf, type StreamEntry } from './event-codec.ts';
 import { listMember, listTasks, TASK_LIST_MAX_ENTRIES, type TaskListPage } from './task-list.ts';
 
 export interface TaskStoreOptions {
@@ -25,6 +25,8 @@ export interface ClaimResult {
   attempt: number;
   worker: WorkerRecord;
   task: TaskContext;
+  /** The lead's claim only: the roster as it stood at the claim (as getTask shows it), the lead first. */
+  team?: WorkerView[];
 }
 
 export type WorkerOutcome =
@@ -181,9 +183,11 @@ export class TaskStore {
     return raw ? parseWorker(raw) : null;
   }
 
+  /** Takes the worker's attempt; the lead's claim also reads the roster (its workers' results), in the same script. */
   async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
-    const [code, attempt, worker, context] = await this.scripts.claimWorker(
-      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId),
+    const isLead = workerId === LEAD_WORKER_ID;
+    const [code, attempt, worker, context, roster] = await this.scripts.claimWorker(
+      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId), isLead ? '1' : '0',
     );
     if (code < 0) throw scriptError(code, `claim ${workerId}`);
     const task = JSON.parse(context!) as Omit<TaskContext, 'team'> & { team: string };
@@ -192,6 +196,7 @@ export class TaskStore {
       attempt,
       worker: parseWorker(worker!),
       task: { ...task, team: JSON.parse(task.team) as TaskContext['team'] },
+      ...(roster && { team: workerViews(fieldsOf(roster)) }),
     };
   }
 
@@ -334,8 +339,9 @@ function parseWorker(raw: string): WorkerRecord {
 
 const iso = (ms: string | undefined): string | null => (ms ? new Date(Number(ms)).toISOString() : null);
 
-function toTaskRecord(meta: Record<string, string>, roster: Record<string, string>): TaskRecord {
-  const workers: WorkerView[] = Object.values(roster)
+/** A roster hash (worker_id → worker JSON) as the task's views show it: the lead first, then in spawn order. */
+function workerViews(roster: Record<string, string>): WorkerView[] {
+  return Object.values(roster)
     .map(parseWorker)
     .sort(byRosterOrder)
     .map((w) => ({
@@ -348,6 +354,10 @@ function toTaskRecord(meta: Record<string, string>, roster: Record<string, strin
       failure_reason: w.failure_reason ?? null,
       usage: w.usage && 'total_tokens' in w.usage ? w.usage : null,
     }));
+}
+
+function toTaskRecord(meta: Record<string, string>, roster: Record<string, string>): TaskRecord {
+  const workers = workerViews(roster);
   const usage = meta.usage ? (JSON.parse(meta.usage) as TokenUsage) : null;
   return {
     task_id: meta.task_id!,

@@ -14,10 +14,10 @@ import {
   type AgentJobData,
   type ClaimResult,
   type TaskContext,
-  type TaskRecord,
   type TaskStore,
   type TeamQueue,
   type WorkerRecord,
+  type WorkerView,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
 import { spawnWorkerTool } from './spawn-worker.tool.ts';
@@ -102,7 +102,7 @@ export class AgentJobProcessor {
     this.running.set(job.id!, ac);
     log.info({ attempt: worker.attempt, step: job.data.step }, 'agent job started');
     try {
-      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, task, worker, ac, claim.kind) : await this.runWorker(job, token, task, worker, ac);
+      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, claim, ac) : await this.runWorker(job, token, task, worker, ac);
       const ms = performance.now() - started;
       this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', ms);
       log.info({ status: result.status, ms: Math.round(ms) }, 'agent job finished');
@@ -118,9 +118,10 @@ export class AgentJobProcessor {
   private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
     const { approvals } = this.deps;
     // The task's rules first, then the workspace's; no rule matching a call allows it.
-    const rules: ApprovalRule[] = [...(task.team.approval_policy?.rules ?? []), ...(await approvals.getPolicy(task.workspace_id)).rules];
+    // Two reads in different slots (the workspace's policy, the task's parked state): one round trip.
+    const [policy, parked] = await Promise.all([approvals.getPolicy(task.workspace_id), approvals.parked(task.task_id, worker.worker_id)]);
+    const rules: ApprovalRule[] = [...(task.team.approval_policy?.rules ?? []), ...policy.rules];
     let resume: ResumeState | undefined;
-    const parked = await approvals.parked(task.task_id, worker.worker_id);
     if (parked) {
       const state = parked.resume as ResumeState;
       let records = await approvals.many(task.task_id, parked.approval_ids);
@@ -185,14 +186,16 @@ export class AgentJobProcessor {
     throw new DelayedError();
   }
 
-  private async runLead(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController, claimed: ClaimResult['kind']): Promise<AgentJobResult> {
+  private async runLead(job: Job<AgentJobData>, lease: string, claim: ClaimResult, ac: AbortController): Promise<AgentJobResult> {
+    const { task, worker: lead } = claim;
+    // The roster as the lead's claim read it: complete once the lead runs to synthesize after its workers.
+    let team = claim.team ?? [];
     if (job.data.step === 'plan') {
-      let team: string[];
+      let workerIds: string[];
       if (task.roster_size > 1 + task.team.workers.length) {
         // An earlier attempt planned and added its workers, then died: keep that team (asking the model again
         // could name other workers and double it) and make sure each has its job.
-        const roster = (await this.deps.store.getTask(task.task_id))?.workers ?? [];
-        team = roster.map((w) => w.worker_id).filter((id) => id !== LEAD_WORKER_ID);
+        workerIds = team.map((w) => w.worker_id).filter((id) => id !== LEAD_WORKER_ID);
       } else {
         // Numbered from a fixed base, so a plan retried before its workers were added names the same workers.
         const planned = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.team.workers.length + 1, defaultModel: lead.model });
@@ -202,34 +205,34 @@ export class AgentJobProcessor {
           return this.finish(job, lease, task, lead, outcome, { usage: outcome.usage });
         }
         await this.deps.store.addWorkers(task.task_id, lease, planned.spawned);
-        team = planned.spawned.map((w) => w.worker_id);
+        workerIds = planned.spawned.map((w) => w.worker_id);
       }
-      await this.deps.queue.addWorkerJobs(task.task_id, team, { id: job.id!, queue: job.queueQualifiedName });
+      await this.deps.queue.addWorkerJobs(task.task_id, workerIds, { id: job.id!, queue: job.queueQualifiedName });
       await job.updateData({ ...job.data, step: 'synthesize' });
       await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
-      await this.waitForChildren(job, lease, task);
-    } else if (task.mode === 'planned' && (claimed === 'started' || (await job.getDependenciesCount({ unprocessed: true })).unprocessed)) {
+      team = await this.waitForChildren(job, lease, task);
+    } else if (task.mode === 'planned' && (claim.kind === 'started' || (await job.getDependenciesCount({ unprocessed: true })).unprocessed)) {
       // A synthesize step that did not come back from waiting (its attempt died between planning and waiting), or
       // came back too early: its children may still be running, so wait for them first.
-      await this.waitForChildren(job, lease, task);
+      team = await this.waitForChildren(job, lease, task);
     }
-    return this.synthesize(job, lease, task, lead, ac);
+    return this.synthesize(job, lease, task, lead, team, ac);
   }
 
   /**
    * Parks the lead until its children finish (the job comes back for its synthesize step), or returns at once if
    * they already have. The roster says `waiting` before BullMQ parks the job, so the job's next run resumes it.
+   * Returns the roster as the lead's reclaim read it (its workers all finished).
    */
-  private async waitForChildren(job: Job<AgentJobData>, lease: string, task: TaskContext): Promise<void> {
+  private async waitForChildren(job: Job<AgentJobData>, lease: string, task: TaskContext): Promise<WorkerView[]> {
     await this.deps.store.finishWorker(task.task_id, LEAD_WORKER_ID, lease, { outcome: 'waiting' });
     if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
-    await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId);
+    return (await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId)).team ?? [];
   }
 
   /** The lead turns its workers' results into the task's result. */
-  private async synthesize(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
-    const roster: TaskRecord | null = await this.deps.store.getTask(task.task_id);
-    const workers = (roster?.workers ?? []).filter((w) => w.worker_id !== LEAD_WORKER_ID);
+  private async synthesize(job: Job<AgentJobData>, lease: string, task: TaskContext, lead: WorkerRecord, team: WorkerView[], ac: AbortController): Promise<AgentJobResult> {
+    const workers = team.filter((w) => w.worker_id !== LEAD_WORKER_ID);
     // The task's usage is the team's: every worker's plus the lead's.
     const workersUsage = workers.reduce((sum, w) => addUsage(sum, w.usage), ZERO);
     const done = workers.filter((w) => w.status === 'completed');

@@ -5,11 +5,14 @@
   old lease is refused by the fence check in the other scripts.
   KEYS[1] meta   KEYS[2] events   KEYS[3] roster
   ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] host id   ARGV[5] max events   ARGV[6] channel
-  Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team, roster_size) }:
+  ARGV[7] '1': also return the roster (the lead reads its workers' results next)
+  Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team, roster_size)
+            [, roster as HGETALL's flat list] }:
      1 new attempt started (worker_started appended)    2 resumed after waiting for its children
      3 this lease already holds the attempt
     -1 no such task   -2 task finished   -4 no such worker   -5 worker already finished
-  The job needs the worker and the task's goal and team: returning them here saves it two round trips.
+  The job needs the worker and the task's goal and team (and the lead its team's results): returning them here
+  saves it those round trips.
 ]]
 --@include task-log
 
@@ -24,6 +27,7 @@ local function claimed(code)
   local m = redis.call('HMGET', metaKey, 'task_id', 'workspace_id', 'goal', 'mode', 'team')
   local context = cjson.encode({ task_id = m[1], workspace_id = m[2], goal = m[3], mode = m[4], team = m[5],
     roster_size = redis.call('HLEN', rosterKey) })
+  if ARGV[7] == '1' then return { code, w.attempt, cjson.encode(w), context, redis.call('HGETALL', rosterKey) } end
   return { code, w.attempt, cjson.encode(w), context }
 end
 if w.status == 'running' and w.lease == lease then return claimed(3) end
