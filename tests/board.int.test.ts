@@ -234,6 +234,7 @@ describe('the board', () => {
     await approve.waitFor({ timeout: 20_000 });
     await browser.shot('07-approvals');
     await approve.click();
+    await page.getByText('Approved calculate for calc-1.').waitFor();
     const approvals = await api.get<{ approvals: { status: string; decided_by: string }[] }>(`/api/approvals?workspace_id=${ws}&task_id=${taskId}&status=approved`);
     expect(approvals.body.approvals).toHaveLength(1);
     const events = await pollUntilTerminal(stack.url, taskId);
@@ -269,6 +270,25 @@ describe('the board', () => {
       return [e.worker_id, p.status, p.reason];
     });
     expect(resolved.sort()).toEqual([['a-1', 'approved', ''], ['b-2', 'approved', ''], ['c-3', 'denied', 'not this one']]);
+  });
+
+  it('shows a session\'s tool call waiting for approval; approving it lets the turn finish', async () => {
+    const ws = newWorkspace();
+    expect((await api.request('PUT', `/api/workspaces/${ws}/approval-policy`, { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] })).status).toBe(200);
+    await useWorkspace(ws);
+    await page.getByRole('link', { name: 'Sessions' }).click();
+    await page.getByRole('button', { name: `Start a session in ${ws}` }).click();
+    await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+    await page.getByRole('textbox', { name: 'Message' }).fill('What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]');
+    await page.getByRole('button', { name: 'Send' }).click();
+    const approve = page.getByRole('button', { name: 'Approve calculate({"expression":"6*7"})' });
+    await approve.waitFor({ timeout: 15_000 });
+    await page.locator('[data-testid="session-status"]:text-is("waiting on an approval")').waitFor();
+    await browser.shot('10-session-approval');
+    await approve.click();
+    await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 15_000 });
+    expect(await page.locator('.conversation li.agent').textContent()).toContain('using 1 tool result(s): 42');
+    await page.getByRole('region', { name: 'Waiting for your approval' }).waitFor({ state: 'hidden' });
   });
 
   it('names every control on every view (the accessible names Chromium computes)', async () => {

@@ -210,6 +210,26 @@ describe('cadre', () => {
     for (const taskId of [two, one]) expect((await pollUntilTerminal(stack.url, taskId)).at(-1)!.event_type).toBe('task_completed');
   });
 
+  it('lists and approves a session\'s pending approval with --session', async () => {
+    const ws = newWorkspace();
+    const api = httpClient(stack.url);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: ws, approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] } });
+    const sessionId = created.body.session.session_id;
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]' });
+    const sessionEvents = async () => (await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${sessionId}/events`)).body.events;
+    while (!(await sessionEvents()).some((e) => e.event_type === 'approval_requested')) await new Promise((r) => setTimeout(r, 50));
+
+    const table = await cadre(['-w', ws, 'approvals', 'list', '--session', sessionId]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout.trim().split('\n')[1]).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12}\\s+pending\\s+session ${sessionId}\\s+—\\s+calculate\\s`));
+    expect((await cadre(['-w', ws, 'approvals', 'list'])).stdout).toContain(`no pending approvals in ${ws}`);
+    const approved = await cadre(['-w', ws, 'approvals', 'approve', '--all', '--session', sessionId]);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(approved.stdout.trim()).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12} approved calculate for session ${sessionId}$`));
+    while (!(await sessionEvents()).some((e) => e.event_type === 'turn_complete')) await new Promise((r) => setTimeout(r, 50));
+    expect((await sessionEvents()).find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ status: 'approved' });
+  });
+
   it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {
     const project = mkdtempSync(join(tmpdir(), 'cadre-proj-'));
     try {

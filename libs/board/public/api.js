@@ -51,10 +51,10 @@ export const runsApi = {
 };
 
 export const approvalsApi = {
-  /** null when this gateway has no approvals API (404 on the route). */
-  list: async (ws) => {
+  /** The pending ones (of the workspace's tasks, or of `{session_id}`); null when this gateway has no approvals API. */
+  list: async (ws, filter = {}) => {
     try {
-      return await call('GET', `/api/approvals?${new URLSearchParams({ workspace_id: ws, status: 'pending' })}`, undefined, taskHeaders());
+      return await call('GET', `/api/approvals?${new URLSearchParams({ workspace_id: ws, status: 'pending', ...filter })}`, undefined, taskHeaders());
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) return null;
       throw err;

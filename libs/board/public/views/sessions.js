@@ -1,5 +1,6 @@
 import { h, orDash, say } from '../dom.js';
-import { sessionsApi, taskHeaders } from '../api.js';
+import { approvalsApi, sessionsApi, taskHeaders } from '../api.js';
+import { clip } from '../team.js';
 import { followStream } from '../event-stream.js';
 import { workspace } from '../session.js';
 
@@ -37,12 +38,36 @@ export function sessionView(root, sessionId) {
   const send = h('form', { class: 'send' }, input, h('button', { type: 'submit' }, 'Send'));
   const cancel = h('button', { type: 'button' }, 'Cancel turn');
   const end = h('button', { type: 'button', class: 'danger' }, 'Close session');
+  const asks = h('section', { class: 'card', hidden: true, 'aria-label': 'Waiting for your approval' });
   const answers = new Map();
   let stream = null;
+  let ws = null;
+
+  // The turn's tool calls that wait for a decision (the session's approval policy said ask), with approve / deny.
+  const decide = async (a, approved) => {
+    try {
+      const { failed } = await approvalsApi.decideMany([a.approval_id], approved);
+      say(failed.length ? `Could not decide: ${failed[0].message}` : `${approved ? 'Approved' : 'Denied'} ${a.tool_name}.`);
+    } catch (err) {
+      say(`Could not decide: ${err.message}`);
+    }
+    await drawAsks();
+  };
+  const drawAsks = async () => {
+    const page = await approvalsApi.list(ws, { session_id: sessionId }).catch((err) => void say(`Could not load approvals: ${err.message}`));
+    const pending = page?.approvals ?? [];
+    asks.hidden = pending.length === 0;
+    asks.replaceChildren(h('h2', {}, 'Waiting for your approval'), h('ul', {}, pending.map((a) => {
+      const label = `${a.tool_name}(${clip(a.arguments, 40)})`;
+      return h('li', { 'data-approval-id': a.approval_id }, h('code', {}, label), a.reason ? ` — ${a.reason} ` : ' ',
+        h('button', { type: 'button', 'aria-label': `Approve ${label}`, onclick: () => decide(a, true) }, 'Approve'), ' ',
+        h('button', { type: 'button', class: 'danger', 'aria-label': `Deny ${label}`, onclick: () => decide(a, false) }, 'Deny'));
+    })));
+  };
 
   const setStatus = (s) => {
     status.textContent = s;
-    status.className = `badge ${s}`;
+    status.className = `badge ${String(s).replaceAll(' ', '-')}`;
   };
   const onEvent = (e) => {
     const p = e.payload ?? {};
@@ -57,8 +82,10 @@ export function sessionView(root, sessionId) {
       li.lastElementChild.append(p.content);
     }
     if (e.event_type === 'user_message') setStatus('running');
-    if (e.event_type === 'activity') setStatus(p.state === 'idle' ? 'idle' : 'running');
+    if (e.event_type === 'activity') setStatus(p.state === 'idle' ? 'idle' : p.state === 'waiting_approval' ? 'waiting on an approval' : 'running');
     if (e.event_type === 'tool_request') setStatus('waiting_tool');
+    if (e.event_type === 'approval_requested') setStatus('waiting on an approval');
+    if (e.event_type === 'approval_requested' || e.event_type === 'approval_resolved') void drawAsks();
     if (e.event_type === 'turn_complete') setStatus('idle');
     if (e.event_type === 'session_closed') setStatus('closed');
     if (e.event_type !== 'text_delta' && e.event_type !== 'thinking_delta') {
@@ -84,12 +111,13 @@ export function sessionView(root, sessionId) {
     h('p', {}, h('a', { href: '#/sessions' }, '← Sessions')),
     h('header', { class: 'task-head' }, h('h1', {}, `Session ${sessionId.slice(0, 8)}`), status, streamState, h('span', { class: 'spacer' }), cancel, end),
     h('div', { class: 'split' },
-      h('section', { 'aria-label': 'Conversation' }, talk, send),
+      h('section', { 'aria-label': 'Conversation' }, talk, asks, send),
       h('section', { 'aria-label': 'Session events' }, log)));
 
   void (async () => {
     try {
       const session = await sessionsApi.get(sessionId);
+      ws = session.workspace_id;
       setStatus(orDash(session.status));
     } catch (err) {
       return say(`Could not load the session: ${err.message}`);
