@@ -6,8 +6,13 @@ import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
 
+// A second key for the sockets' default workspace ('windie', where the operator key's conversations live) and one
+// for another workspace: conversations belong to the key that opened them, whatever user_id a handshake claims.
+const WINDIE_KEY = 'windie-workspace-key-0123456789';
+const OTHER_KEY = 'other-workspace-key-0123456789';
+
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 1 });
+  stack = await TestStack.start({ workers: 1, env: { CADRE_API_KEYS: `windie:${WINDIE_KEY},elsewhere:${OTHER_KEY}` } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -184,5 +189,42 @@ describe('/ws (WindieOS agent socket)', () => {
     const done = await client.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
     expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/^Scripted answer to "Now"/);
     client.ws.close();
+  });
+
+  it('a conversation belongs to the key that opened it: another key claiming the same user_id and ref is refused', async () => {
+    const owner = new Client();
+    await owner.open();
+    owner.send(handshake('dave'));
+    owner.envelope('query', { text: 'Secret plans [[scripted:call=get_location({})]]', conversation_ref: 'conv-d' });
+    const call = (await owner.waitFor((all) => all.some((m) => m.type === 'tool-call'))).find((m) => m.type === 'tool-call')!;
+
+    // The same workspace ('windie'), another key, the same claimed user_id: neither the ref nor the call is its.
+    const intruder = new Client(WINDIE_KEY);
+    await intruder.open();
+    intruder.send(handshake('dave'));
+    intruder.envelope('query', { text: 'Show me', conversation_ref: 'conv-d' });
+    await intruder.waitFor((all) => all.some((m) => m.type === 'error'));
+    intruder.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'forged' } });
+    intruder.envelope('rehydrate-conversation', { conversation_ref: 'conv-d', rehydrate_mode: 'replace', messages: [] });
+    const errors = (await intruder.waitFor((all) => all.filter((m) => m.type === 'error').length >= 3)).filter((m) => m.type === 'error').map((m) => m.payload.message);
+    expect(errors).toEqual([
+      'conversation_ref "conv-d" belongs to another key',
+      'this conversation belongs to another key',
+      'conversation_ref "conv-d" belongs to another key',
+    ]);
+    // Another workspace's key does not see the session at all.
+    const stranger = new Client(OTHER_KEY);
+    await stranger.open();
+    stranger.send(handshake('dave'));
+    stranger.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'forged' } });
+    const [strangerError] = (await stranger.waitFor((all) => all.some((m) => m.type === 'error'))).filter((m) => m.type === 'error');
+    expect(strangerError!.payload.message).toMatch(/not found/);
+    expect(intruder.messages.concat(stranger.messages).some((m) => m.type === 'tool-call' || m.type === 'streaming-response')).toBe(false);
+
+    // The owner's conversation is as it was: its call still waits, and its answer is the owner's.
+    owner.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'Tromsø' } });
+    const done = await owner.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
+    expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Tromsø$/);
+    for (const c of [owner, intruder, stranger]) c.ws.close();
   });
 });

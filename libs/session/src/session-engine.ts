@@ -29,6 +29,8 @@ export interface StartInput {
   approval_policy?: { rules: ApprovalRule[] };
   /** A denied call ends the turn (stop_reason `denied`) instead of feeding the model an error (kontekst runs). */
   stop_on_denial?: boolean;
+  /** The authenticated key that owns the session (`/ws` conversations): only it may drive the session's turns. */
+  owner?: string;
 }
 
 export interface MessageInput {
@@ -101,10 +103,11 @@ export class SessionEngine {
     checkText(systemContext, L.systemContext, 'system_context');
     const maxContext = input.max_context_tokens || (this.deps.defaultMaxContextTokens ?? 200_000);
     if (!Number.isInteger(maxContext) || maxContext < 256 || maxContext > L.maxContextTokens) throw invalid(`max_context_tokens must be 256..${L.maxContextTokens}`);
+    if (input.owner !== undefined && !OWNER.test(input.owner)) throw invalid('owner must match [A-Za-z0-9._@:-]{1,128}');
     const approvalPolicy = approvalRules(input.approval_policy?.rules ?? [], 'approval_policy.rules');
     return this.deps.store.createSession({
       workspace_id: input.workspace_id, model, tools, transcript, project_context: project, system_context: systemContext, max_context_tokens: maxContext,
-      approval_policy: approvalPolicy, stop_on_denial: input.stop_on_denial === true,
+      approval_policy: approvalPolicy, stop_on_denial: input.stop_on_denial === true, ...(input.owner && { owner: input.owner }),
     });
   }
 
@@ -166,20 +169,34 @@ export class SessionEngine {
   }
 
   /**
-   * The session a client's conversation reference names (WindieOS `conversation_ref`), or null. `owner` keeps
-   * one client's refs apart from another's in the same workspace.
+   * The session a client's conversation reference names (WindieOS `conversation_ref`) in the workspace, or null.
+   * `owner` is the caller's authenticated key (never a client-claimed id): a ref another key bound is refused.
    */
   async conversationSession(scope: Scope, workspaceId: string, owner: string, ref: string): Promise<string | null> {
     checkConversation(workspaceId, owner, ref);
     if (!visible(scope, workspaceId)) throw new SessionEngineError('permission_denied', `this key is not valid for workspace "${workspaceId}"`);
-    return this.deps.store.conversationSession(workspaceId, owner, ref);
+    const binding = await this.deps.store.conversationSession(workspaceId, ref);
+    if (binding && binding.owner !== owner) throw otherOwner(ref);
+    return binding?.session_id ?? null;
   }
 
-  /** Binds the ref to a session of the workspace; the first binding wins unless `replace`. Returns the bound id. */
+  /**
+   * Binds the ref to a session of the workspace for `owner`; the first binding wins unless `replace`, which only
+   * replaces the owner's own. Returns the bound id; a ref another key holds is refused.
+   */
   async bindConversation(scope: Scope, owner: string, ref: string, session: SessionRecord, replace: boolean): Promise<string> {
     checkConversation(session.workspace_id, owner, ref);
     if (!visible(scope, session.workspace_id)) throw notFound(session.session_id);
-    return this.deps.store.bindConversation(session.workspace_id, owner, ref, session.session_id, replace);
+    const binding = await this.deps.store.bindConversation(session.workspace_id, owner, ref, session.session_id, replace);
+    if (binding.owner !== owner) throw otherOwner(ref);
+    return binding.session_id;
+  }
+
+  /** The session, if `owner` may drive it: sessions owned by a key refuse every other key (even of the workspace). */
+  async owned(scope: Scope, owner: string, sessionId: string): Promise<SessionRecord> {
+    const session = await this.get(scope, sessionId);
+    if (session.owner !== null && session.owner !== owner) throw new SessionEngineError('permission_denied', 'this conversation belongs to another key');
+    return session;
   }
 
   /** Steering, follow-up and interrupt modes; they apply from the next boundary on. */
@@ -406,9 +423,12 @@ const OWNER = /^[A-Za-z0-9._@:-]{1,128}$/;
 
 function checkConversation(workspaceId: string, owner: string, ref: string): void {
   if (!WORKSPACE.test(workspaceId)) throw invalid('workspace_id is invalid');
-  if (!OWNER.test(owner)) throw invalid('user_id must match [A-Za-z0-9._@:-]{1,128}');
+  if (!OWNER.test(owner)) throw invalid('owner must match [A-Za-z0-9._@:-]{1,128}');
   checkText(ref, 256, 'conversation_ref', true);
 }
+
+const otherOwner = (ref: string): SessionEngineError =>
+  new SessionEngineError('permission_denied', `conversation_ref "${ref.slice(0, 64)}" belongs to another key`);
 
 function checkSessionId(sessionId: string): void {
   if (!isUuid(sessionId)) throw invalid(`session_id must be a UUID, got "${sessionId.slice(0, 64)}"`);

@@ -7,6 +7,6 @@ export { connectRedis, checkRedisCredentials, RedisAuthError, type RedisClient, 
 export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, type AgentJobData, type LeadStep } from './team-queue.ts';
 export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';
-export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage } from './session-store.ts';
+export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage, type ConversationBinding } from './session-store.ts';
 export * from './session-types.ts';
 export { ApprovalStore, evaluatePolicy, globMatches, newApprovalId, taskOfApproval, newSessionApprovalId, sessionOfApproval, DEFAULT_APPROVAL_TIMEOUT_SECS, type ApprovalRecord, type ApprovalRule, type ApprovalPolicy, type ParkedState, type PolicyVerdict } from './approval-store.ts';

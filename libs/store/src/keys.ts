@@ -33,7 +33,7 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{s:<id>}:steer       list: queued steering messages (JSON {input_id, content, queued_at}), oldest first
  *   <prefix>:{s:<id>}:followup    list: queued follow-up messages, same shape (see lua/includes/session-inputs.lua)
  *
- *   <prefix>:{w:<ws>}:conv:<owner>   hash: WindieOS conversation_ref → session id, per socket owner (user_id)
+ *   <prefix>:{w:<ws>}:conv    hash: WindieOS conversation_ref → `<owner> <sessionId>` (owner: the key that bound it)
  *
  * Pub/sub. Appends are announced on Redis 7 shard channels in the slot of the log they wake (SPUBLISH from the
  * append script itself; a gateway SSUBSCRIBEs only while it watches that log), message `<logId> <seq>`:
@@ -109,9 +109,9 @@ export class KeyBuilder {
     return { meta: `${base}:meta`, events: `${base}:events` };
   }
 
-  /** The conversation refs of one `/ws` owner in a workspace (lua/bindConversation-1.lua). */
-  conversations(workspaceId: string, owner: string): string {
-    return `${this.workspace(workspaceId)}:conv:${owner}`;
+  /** The workspace's `/ws` conversation refs, each with the key that owns it (lua/bindConversation-1.lua). */
+  conversations(workspaceId: string): string {
+    return `${this.workspace(workspaceId)}:conv`;
   }
 
   /** A workspace's run listing (zset by creation) and active runs (set), as run-log.lua derives them. */

@@ -83,6 +83,7 @@ export class SessionStore {
       max_context_tokens: String(input.max_context_tokens),
       approval_policy: JSON.stringify(input.approval_policy),
       stop_on_denial: input.stop_on_denial ? '1' : '0',
+      owner: input.owner ?? '',
     };
     const started = { session_id: sessionId, workspace_id: input.workspace_id, model: input.model };
     await this.scripts.createSession(
@@ -315,13 +316,16 @@ export class SessionStore {
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
   }
 
-  /** Binds `ref` to `sessionId` (first wins unless `replace`); returns the bound session id. */
-  async bindConversation(workspaceId: string, owner: string, ref: string, sessionId: string, replace: boolean): Promise<string> {
-    return this.scripts.bindConversation(this.keys.conversations(workspaceId, owner), ref, sessionId, replace ? '1' : '0', this.idleTtlSec);
+  /**
+   * Binds `ref` to `sessionId` for `owner` (first wins; `replace` only replaces the owner's own binding); returns
+   * the binding afterwards, which names another owner when the ref is someone else's.
+   */
+  async bindConversation(workspaceId: string, owner: string, ref: string, sessionId: string, replace: boolean): Promise<ConversationBinding> {
+    return parseBinding(await this.scripts.bindConversation(this.keys.conversations(workspaceId), ref, owner, sessionId, replace ? '1' : '0', this.idleTtlSec))!;
   }
 
-  async conversationSession(workspaceId: string, owner: string, ref: string): Promise<string | null> {
-    return this.redis.hget(this.keys.conversations(workspaceId, owner), ref);
+  async conversationSession(workspaceId: string, ref: string): Promise<ConversationBinding | null> {
+    return parseBinding(await this.redis.hget(this.keys.conversations(workspaceId), ref));
   }
 
   async setInputModes(sessionId: string, modes: InputModes): Promise<void> {
@@ -360,6 +364,18 @@ export class SessionStore {
 export function decodeSessionEntry(entry: StreamEntry): SessionEvent {
   const { fields: _fields, ...event } = readEntry(entry);
   return event as SessionEvent;
+}
+
+/** A conversation ref's binding: the session and the key (owner) that bound it. */
+export interface ConversationBinding {
+  owner: string;
+  session_id: string;
+}
+
+function parseBinding(value: string | null): ConversationBinding | null {
+  if (!value) return null;
+  const space = value.lastIndexOf(' ');
+  return { owner: value.slice(0, space), session_id: value.slice(space + 1) };
 }
 
 function encodeEvents(events: SessionEventInput[] | undefined): { t: string; p: string }[] {
@@ -405,5 +421,6 @@ function toSessionRecord(meta: Record<string, string>, calls: ClientCall[]): Omi
     updated_at: iso(meta.updated_at),
     closed_reason: meta.closed_reason || null,
     last_seq: Number(meta.seq ?? 0),
+    owner: meta.owner || null,
   };
 }

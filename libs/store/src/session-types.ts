@@ -20,6 +20,8 @@ export interface NewSession {
   project_context: string[];
   system_context: string;
   max_context_tokens: number;
+  /** The authenticated key a `/ws` conversation belongs to (edges that bind sessions to a key set it). */
+  owner?: string;
   /** The session's own approval rules, checked before the workspace's. */
   approval_policy: ApprovalRule[];
   /** A denied call ends the turn (stop_reason `denied`) instead of feeding the model an error (kontekst runs). */
@@ -86,6 +88,8 @@ export interface SessionRecord {
   updated_at: string;
   closed_reason: string | null;
   last_seq: number;
+  /** The key that owns the session (a `/ws` conversation), or null when any key of the workspace may drive it. */
+  owner: string | null;
   steering_mode: SteeringMode;
   follow_up_mode: SteeringMode;
   interrupt_mode: InterruptMode;

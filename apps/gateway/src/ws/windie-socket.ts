@@ -5,6 +5,7 @@ import { SessionEngineError, clientTools, type SessionEngine, type ToolInput } f
 import type { LogWatcher } from '@cadre/store';
 import { ApiError } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
+import { keyName } from '../approvals/approval-service.ts';
 import {
   WindieProtocolError, checkPayload, decodeRequestId, parseEnvelope, parseHandshake, serverMessage, toServerMessages,
   type Envelope, type ManifestTool,
@@ -46,7 +47,8 @@ export class WindieSocket {
   private readonly socket: WebSocket;
   private principal: Principal | null = null;
   private workspace = '';
-  private owner = 'anonymous';
+  /** The authenticated key the socket's conversations belong to (the handshake's user_id is only a claim). */
+  private owner = '';
   private tools: ToolInput[] = [];
   private readonly settings: Settings;
   private readonly watchers = new Map<string, LogWatcher<SessionEvent>>();
@@ -106,8 +108,8 @@ export class WindieSocket {
     clearTimeout(this.handshakeTimer);
     const principal = this.principal!;
     this.workspace = principal.workspaces === 'all' ? this.deps.defaultWorkspace : principal.workspaces;
-    this.owner = hs.user_id ?? 'anonymous';
-    if (!/^[A-Za-z0-9._@:-]{1,128}$/.test(this.owner)) throw new WindieProtocolError('user_id must match [A-Za-z0-9._@:-]{1,128}');
+    this.owner = keyName(principal);
+    if (hs.user_id !== undefined && !/^[A-Za-z0-9._@:-]{1,128}$/.test(hs.user_id)) throw new WindieProtocolError('user_id must match [A-Za-z0-9._@:-]{1,128}');
     this.handshaken = true;
     if (hs.manifest) this.send(serverMessage('client-tool-manifest', this.acceptManifest(hs.manifest)));
   }
@@ -171,7 +173,7 @@ export class WindieSocket {
         if (!Array.isArray(p.messages)) throw new WindieProtocolError('rehydrate-conversation: payload.messages must be an array');
         const history = p.messages.map((m: unknown, i) => historyEntry(m, i));
         const ref = stringField('rehydrate-conversation', p, 'conversation_ref');
-        const session = await sessions.create(scope, { workspace_id: this.workspace, model: this.settings.selected_model_id, history, tools: this.tools });
+        const session = await sessions.create(scope, { workspace_id: this.workspace, model: this.settings.selected_model_id, history, tools: this.tools, owner: this.owner });
         await sessions.bindConversation(scope, this.owner, ref, session, true);
         return;
       }
@@ -230,7 +232,7 @@ export class WindieSocket {
     const scope = this.principal!;
     const bound = await sessions.conversationSession(scope, this.workspace, this.owner, ref);
     if (bound) return bound;
-    const session = await sessions.create(scope, { workspace_id: this.workspace, model: this.settings.selected_model_id, tools: this.tools });
+    const session = await sessions.create(scope, { workspace_id: this.workspace, model: this.settings.selected_model_id, tools: this.tools, owner: this.owner });
     return sessions.bindConversation(scope, this.owner, ref, session, false);
   }
 
@@ -241,7 +243,7 @@ export class WindieSocket {
   private async attach(sessionId: string): Promise<void> {
     if (this.watchers.has(sessionId)) return;
     const scope = this.principal!;
-    const head = (await this.deps.sessions.get(scope, sessionId)).last_seq;
+    const head = (await this.deps.sessions.owned(scope, this.owner, sessionId)).last_seq;
     const watcher = await this.deps.sessions.watch(scope, sessionId, head);
     if (!watcher) return;
     if (this.closed) return void watcher.return();
