@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 import { createTaskNeedingApprovals } from './support/approvals.ts';
 
@@ -217,7 +217,7 @@ describe('cadre', () => {
     const sessionId = created.body.session.session_id;
     await api.post(`/api/sessions/${sessionId}/messages`, { content: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]' });
     const sessionEvents = async () => (await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${sessionId}/events`)).body.events;
-    while (!(await sessionEvents()).some((e) => e.event_type === 'approval_requested')) await new Promise((r) => setTimeout(r, 50));
+    await waitUntil('the approval request', async () => (await sessionEvents()).some((e) => e.event_type === 'approval_requested'));
 
     const table = await cadre(['-w', ws, 'approvals', 'list', '--session', sessionId]);
     expect(table.code, table.stderr).toBe(0);
@@ -226,7 +226,7 @@ describe('cadre', () => {
     const approved = await cadre(['-w', ws, 'approvals', 'approve', '--all', '--session', sessionId]);
     expect(approved.code, approved.stderr).toBe(0);
     expect(approved.stdout.trim()).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12} approved calculate for session ${sessionId}$`));
-    while (!(await sessionEvents()).some((e) => e.event_type === 'turn_complete')) await new Promise((r) => setTimeout(r, 50));
+    await waitUntil('the turn to complete', async () => (await sessionEvents()).some((e) => e.event_type === 'turn_complete'));
     expect((await sessionEvents()).find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ status: 'approved' });
   });
 
