@@ -1,4 +1,4 @@
-// The deployment files agree with the code: the Kubernetes manifests (base and the example overlay) are valid
+// The deployment files agree with the code: the Kubernetes manifests (base and the overlays) are valid
 // against the Kubernetes and KEDA schemas, every variable they, docker-compose.yml or the Dockerfile set is one an
 // app reads, and every command they run is the one the npm scripts run.
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
@@ -11,6 +11,8 @@ import * as core from 'kubernetes-models/v1';
 import * as networking from 'kubernetes-models/networking.k8s.io/v1';
 import * as policy from 'kubernetes-models/policy/v1';
 import * as keda from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import { gatewayConfig } from '../apps/gateway/src/config.ts';
+import { workerConfig } from '../apps/worker/src/config.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
 const K8S = join(REPO, 'deploy/k8s');
@@ -100,8 +102,16 @@ function variablesTheAppsRead(): Set<string> {
   return names;
 }
 
+const OVERLAYS = ['overlays/example', 'overlays/redis-cluster', 'overlays/redis-sentinel'];
+
+/** The environment a pod gets from the rendered ConfigMap and Secret (envFrom both). */
+function podEnv(manifests: Manifest[]): Record<string, string> {
+  const of = (kind: string) => manifests.find((m) => m.kind === kind) as { data?: Record<string, string>; stringData?: Record<string, string> };
+  return { ...of('ConfigMap').data, ...of('Secret').stringData };
+}
+
 describe('Kubernetes manifests', () => {
-  for (const target of ['base', 'overlays/example']) {
+  for (const target of ['base', ...OVERLAYS]) {
     it(`${target} renders to objects valid against the Kubernetes and KEDA schemas`, () => {
       const manifests = render(join(K8S, target));
       expect(manifests.map((m) => `${m.kind}/${m.metadata.name}`).sort()).toEqual([
@@ -127,9 +137,19 @@ describe('Kubernetes manifests', () => {
     expect(containers([worker as unknown as Manifest])[0]!.env?.map((e) => e.name)).toEqual(['CADRE_SHUTDOWN_GRACE_MS']);
   });
 
-  it('sets only variables the apps read', () => {
+  it.each([
+    ['overlays/example', 'single'],
+    ['overlays/redis-cluster', 'cluster'],
+    ['overlays/redis-sentinel', 'sentinel'],
+  ])('%s points the apps at Redis as the %s kind (read by their own configuration)', (target, mode) => {
+    const env = podEnv(render(join(K8S, target)));
+    expect(gatewayConfig(env).redis?.mode).toBe(mode);
+    expect(workerConfig(env).redis?.mode).toBe(mode);
+  });
+
+  it.each(OVERLAYS)('%s sets only variables the apps read', (target) => {
     const known = variablesTheAppsRead();
-    const manifests = render(join(K8S, 'overlays/example'));
+    const manifests = render(join(K8S, target));
     const set = new Set<string>();
     for (const m of manifests) {
       const data = (m as { data?: Record<string, string>; stringData?: Record<string, string> });

@@ -154,6 +154,11 @@ export type RedisTarget =
 export const REDIS_REQUIRED = 'the Redis to use, e.g. redis://127.0.0.1:6379 (or REDIS_CLUSTER_NODES for a Redis Cluster, REDIS_SENTINELS with REDIS_SENTINEL_NAME for Sentinel)';
 
 const REDIS_MODES = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const;
+/** Read beside REDIS_CLUSTER_NODES or REDIS_SENTINELS (REDIS_URL carries its own credentials and TLS scheme). */
+const REDIS_SETTINGS = {
+  username: 'REDIS_USERNAME', password: 'REDIS_PASSWORD', tls: 'REDIS_TLS', sentinelName: 'REDIS_SENTINEL_NAME',
+  sentinelPassword: 'REDIS_SENTINEL_PASSWORD', db: 'REDIS_DB',
+} as const;
 
 /** `host:port,host:port` (IPv6 as `[::1]:7000`); throws naming what is wrong, never echoing more than a host. */
 function hostPortList(raw: string): HostPort[] {
@@ -183,18 +188,16 @@ export function redisTarget(): Field<RedisTarget | undefined> {
       if (raw === undefined) return undefined;
       if (name === 'REDIS_URL') return { mode: 'single', url: url('REDIS_URL').parse(raw, name, env)! };
       const credentials = {
-        ...(env.REDIS_USERNAME ? { username: env.REDIS_USERNAME } : {}),
-        ...(env.REDIS_PASSWORD ? { password: env.REDIS_PASSWORD } : {}),
+        ...(env[REDIS_SETTINGS.username] ? { username: env[REDIS_SETTINGS.username] } : {}),
+        ...(env[REDIS_SETTINGS.password] ? { password: env[REDIS_SETTINGS.password] } : {}),
       };
-      const tls = bool('REDIS_TLS', false).parse(env.REDIS_TLS || undefined, 'REDIS_TLS', env);
+      const tls = bool(REDIS_SETTINGS.tls, false).parse(env[REDIS_SETTINGS.tls] || undefined, REDIS_SETTINGS.tls, env);
       if (name === 'REDIS_CLUSTER_NODES') return { mode: 'cluster', nodes: hostPortList(raw), ...credentials, tls };
-      const masterName = env.REDIS_SENTINEL_NAME;
+      const masterName = env[REDIS_SETTINGS.sentinelName];
       if (!masterName) throw new Error('REDIS_SENTINEL_NAME is required with REDIS_SENTINELS: the name of the master the sentinels watch (e.g. mymaster)');
-      const db = int('REDIS_DB', 0, { min: 0, max: 15 }).parse(env.REDIS_DB || undefined, 'REDIS_DB', env);
-      return {
-        mode: 'sentinel', sentinels: hostPortList(raw), name: masterName, ...credentials, tls, db,
-        ...(env.REDIS_SENTINEL_PASSWORD ? { sentinelPassword: env.REDIS_SENTINEL_PASSWORD } : {}),
-      };
+      const db = int(REDIS_SETTINGS.db, 0, { min: 0, max: 15 }).parse(env[REDIS_SETTINGS.db] || undefined, REDIS_SETTINGS.db, env);
+      const sentinelPassword = env[REDIS_SETTINGS.sentinelPassword];
+      return { mode: 'sentinel', sentinels: hostPortList(raw), name: masterName, ...credentials, tls, db, ...(sentinelPassword ? { sentinelPassword } : {}) };
     },
   };
 }

@@ -54,9 +54,14 @@ function open(target: RedisTarget, name: string, opts: ConnectOptions, lazyConne
         enableAutoPipelining: opts.autoPipelining ?? false,
         shardedSubscribers: opts.shardedSubscriber ?? false,
         redisOptions: { maxRetriesPerRequest: null, connectionName: name, ...credentials(target), ...(target.tls ? { tls: {} } : {}) },
-        // A master that died: retry on the new topology rather than fail the command (the replica takes over).
+        // A master that died: retry on the new topology rather than fail the command while its replica takes over
+        // (node timeout + election: seconds). Until the nodes agree, a MOVED can point back and forth, so redirects
+        // wait too, and ioredis's default of 16 of them (spent in well under a second) becomes 100 (over 10 s).
         retryDelayOnFailover: 200,
         retryDelayOnClusterDown: 200,
+        retryDelayOnTryAgain: 200,
+        retryDelayOnMoved: 100,
+        maxRedirections: 100,
         // Managed clusters announce their nodes by address behind TLS names: keep the name the seed was given.
         ...(target.tls ? { dnsLookup: (address: string, callback: (err: null, address: string) => void) => callback(null, address) } : {}),
       };

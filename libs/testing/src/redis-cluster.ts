@@ -23,6 +23,8 @@ export interface TestCluster extends TestRedis {
   masterOf(key: string): Promise<EmbeddedRedis>;
   /** Until every slot is served by a master that answers and every replica has synced with its master. */
   waitHealthy(timeoutMs?: number): Promise<void>;
+  /** kill -9 a master; resolves once its replica has been promoted and the cluster is healthy again. */
+  killMaster(node: EmbeddedRedis): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -53,6 +55,8 @@ export async function startTestCluster(): Promise<TestCluster> {
       redisOptions: { maxRetriesPerRequest: null },
       retryDelayOnFailover: 200,
       retryDelayOnClusterDown: 200,
+      retryDelayOnMoved: 100,
+      maxRedirections: 100,
     }),
     async masterOf(key) {
       const probe = new Redis(nodes.find((n) => isUp(n))!.url, { maxRetriesPerRequest: 1 });
@@ -77,6 +81,17 @@ export async function startTestCluster(): Promise<TestCluster> {
       }
       throw new Error(`the test cluster did not become healthy within ${timeoutMs} ms: ${last}`);
     },
+    async killMaster(node) {
+      const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
+      killNode(node);
+      const conn = new Redis(replica.url, { maxRetriesPerRequest: 1 });
+      try {
+        while (!/^role:master\r?$/m.test(await conn.info('replication'))) await sleep(50);
+      } finally {
+        conn.disconnect();
+      }
+      await cluster.waitHealthy();
+    },
     async stop() {
       await Promise.all(nodes.map((n) => n.stop()));
     },
@@ -85,10 +100,23 @@ export async function startTestCluster(): Promise<TestCluster> {
   return cluster;
 }
 
+/** The node replicating the master on `masterPort`. */
+async function replicaOf(candidates: EmbeddedRedis[], masterPort: number): Promise<EmbeddedRedis> {
+  for (const node of candidates) {
+    const conn = new Redis(node.url, { maxRetriesPerRequest: 1 });
+    try {
+      if (new RegExp(`^master_port:${masterPort}\\r?$`, 'm').test(await conn.info('replication'))) return node;
+    } finally {
+      conn.disconnect();
+    }
+  }
+  throw new Error(`no replica of the master on port ${masterPort}`);
+}
+
 const killed = new WeakSet<EmbeddedRedis>();
 
 /** kill -9 a node of a test cluster (it stays down). */
-export function killNode(node: EmbeddedRedis): void {
+function killNode(node: EmbeddedRedis): void {
   killed.add(node);
   node.kill('SIGKILL');
 }
