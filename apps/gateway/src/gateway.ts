@@ -52,7 +52,8 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
-  const tasks = new TaskService({ store, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
+  const approvalStore = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
@@ -69,7 +70,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     defaultModel: config.model,
   });
   const approvals = new ApprovalService({
-    approvals: new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask }), store, queue, sessions,
+    approvals: approvalStore, store, queue, sessions, fanout,
   });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const enqueueSweeper = new EnqueueSweeper({ store, queue, sessions, graceMs: config.enqueueGraceMs, logger });

@@ -36,6 +36,9 @@ export interface TokenUsage {
 
 export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'expired', 'cancelled'] as const;
 export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number];
+/** How far an approval reaches: this call only, or the same tool and arguments for the rest of the task/session. */
+export const APPROVAL_SCOPES = ['once', 'task', 'session'] as const;
+export type ApprovalScope = (typeof APPROVAL_SCOPES)[number];
 
 /** Payload per event type. worker_* events also carry worker_id and attempt on the envelope. */
 export interface TeamEventPayloads {
@@ -49,7 +52,13 @@ export interface TeamEventPayloads {
   /** A tool call waits for an operator's decision (roz's WorkerApprovalRequested, tag 7). */
   worker_approval_requested: { approval_id: string; tool_name: string; call_id: string; arguments: string; reason: string; timeout_secs: number };
   /** The decision, a timeout (`expired`) or a cancel (`cancelled`) (roz's WorkerApprovalResolved, tag 8). */
-  worker_approval_resolved: { approval_id: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string };
+  worker_approval_resolved: {
+    approval_id: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string;
+    /** The amended arguments (a JSON object's text) the approver ran the call with, if any. */
+    modifier?: string;
+    /** `task`: the same tool and arguments no longer ask for the rest of the task. */
+    scope?: ApprovalScope;
+  };
   task_completed: { result: string; usage: TokenUsage };
   task_failed: { reason: string };
   task_cancelled: { reason: string };

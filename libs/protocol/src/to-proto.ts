@@ -44,8 +44,10 @@ function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
       const { approval_id, tool_name, reason, timeout_secs } = e.payload;
       return { $case: 'workerApprovalRequested', value: { workerId, taskId: '', approvalId: approval_id, toolName: tool_name, reason, timeoutSecs: timeout_secs } };
     }
-    case 'worker_approval_resolved':
-      return { $case: 'workerApprovalResolved', value: { workerId, taskId: '', approvalId: e.payload.approval_id, approved: e.payload.approved } };
+    case 'worker_approval_resolved': {
+      const { approval_id, approved, modifier } = e.payload;
+      return { $case: 'workerApprovalResolved', value: { workerId, taskId: '', approvalId: approval_id, approved, ...(modifier && { modifier: JSON.parse(modifier) as Record<string, unknown> }) } };
+    }
     case 'task_queued':
       return taskStatus({ status: 'queued' });
     case 'task_completed':

@@ -1,5 +1,5 @@
 import type { ApprovalStatus } from '@cadre/protocol';
-import type { ApprovalRule, ClientCall } from '@cadre/store';
+import { policyProblem, type ApprovalRule, type ClientCall } from '@cadre/store';
 import { invalid } from './errors.ts';
 import type { SessionQueue } from './session-queue.ts';
 
@@ -19,7 +19,9 @@ export function approvalRules(rules: readonly ApprovalRule[], what: string): App
       throw invalid(`${where}.timeout_secs must be an integer 1..${MAX_TIMEOUT_SECS}`);
     }
     if (rule.reason !== undefined && (typeof rule.reason !== 'string' || rule.reason.length > 1000)) throw invalid(`${where}.reason must be at most 1000 characters`);
-    return { tool: rule.tool, action: rule.action, ...(rule.timeout_secs !== undefined && { timeout_secs: rule.timeout_secs }), ...(rule.reason !== undefined && { reason: rule.reason }) };
+    const problem = policyProblem([rule], what);
+    if (problem) throw invalid(problem.replace(`${what}[0]`, where));
+    return { tool: rule.tool, ...(rule.when !== undefined && { when: rule.when }), action: rule.action, ...(rule.timeout_secs !== undefined && { timeout_secs: rule.timeout_secs }), ...(rule.reason !== undefined && { reason: rule.reason }) };
   });
 }
 

@@ -219,7 +219,7 @@ export class TurnRunner {
     }
     const clientTools = new Map(state.tools.map((t) => [t.name, t]));
     const rules = [...state.approval_policy, ...(await this.workspaceRules(state.workspace_id))];
-    const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name));
+    const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
     const asked = verdicts.filter((v) => v.action === 'ask').length;
     const now = Date.now();
     const clientCalls: ClientCall[] = [];

@@ -1,41 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
-import type { ApprovalStatus } from '@cadre/protocol';
+import type { ApprovalScope, ApprovalStatus } from '@cadre/protocol';
+import type { WatchableLog } from './event-fanout.ts';
+import { readEntry, type StreamEntry } from './event-codec.ts';
 import { KeyBuilder } from './keys.ts';
-import { scriptError, StoreError } from './errors.ts';
+import { checkCursor, scriptError, StoreError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
+import { approvalGrant, type ApprovalPolicy } from './approval-policy.ts';
 
-/** One rule of an approval policy; the first rule whose `tool` glob matches a call decides it. */
-export interface ApprovalRule {
-  /** Glob over the tool's name: `*` matches any run of characters, `?` one character. */
-  tool: string;
-  action: 'allow' | 'ask' | 'deny';
-  /** How long an `ask` waits before it is denied with "approval timed out". */
-  timeout_secs?: number;
-  /** Shown to the operator (ask) or to the model (deny). */
-  reason?: string;
-}
-
-export interface ApprovalPolicy {
-  rules: ApprovalRule[];
-}
-
-export const DEFAULT_APPROVAL_TIMEOUT_SECS = 600;
-
-/** What a policy says about one call. No matching rule: allow (the documented default). */
-export type PolicyVerdict = { action: 'allow' } | { action: 'deny'; reason: string } | { action: 'ask'; reason: string; timeout_secs: number };
-
-export function evaluatePolicy(rules: readonly ApprovalRule[], tool: string): PolicyVerdict {
-  const rule = rules.find((r) => globMatches(r.tool, tool));
-  if (!rule || rule.action === 'allow') return { action: 'allow' };
-  if (rule.action === 'deny') return { action: 'deny', reason: rule.reason ?? `the policy denies ${tool}` };
-  return { action: 'ask', reason: rule.reason ?? `the policy asks before ${tool}`, timeout_secs: rule.timeout_secs ?? DEFAULT_APPROVAL_TIMEOUT_SECS };
-}
-
-export function globMatches(glob: string, name: string): boolean {
-  const pattern = glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
-  return new RegExp(`^${pattern}$`).test(name);
-}
+export {
+  DEFAULT_APPROVAL_TIMEOUT_SECS, evaluatePolicy, globMatches, type ApprovalPolicy, type ApprovalRule, type PolicyVerdict,
+} from './approval-policy.ts';
 
 export interface ApprovalRecord {
   approval_id: string;
@@ -55,6 +30,36 @@ export interface ApprovalRecord {
   /** The deciding key's name ('' for a timeout or a cancel), never the key. */
   decided_by?: string;
   decision_reason?: string;
+  /** The amended arguments (a JSON object's text) an approver ran the call with. */
+  modifier?: string;
+  /** `task`: the approval also covers later calls of the same tool and arguments in the task. */
+  scope?: ApprovalScope;
+}
+
+/** One entry of a workspace's approvals inbox log: a record as it was at one of its transitions. */
+export interface ApprovalInboxEvent {
+  seq: number;
+  timestamp: string;
+  event_type: 'approval_requested' | 'approval_decided';
+  payload: ApprovalRecord;
+}
+
+/** Entries kept per workspace inbox log; a Last-Event-ID older than that is answered 410. */
+const INBOX_MAX_ENTRIES = 10_000;
+
+/** The inbox's stable order (oldest first, then by id) and its opaque cursor: the last record a page held. */
+export function compareApprovals(x: ApprovalRecord, y: ApprovalRecord): number {
+  return x.created_at - y.created_at || (x.approval_id < y.approval_id ? -1 : x.approval_id > y.approval_id ? 1 : 0);
+}
+
+export function encodeApprovalCursor(last: ApprovalRecord): string {
+  return Buffer.from(`${last.created_at}:${last.approval_id}`).toString('base64url');
+}
+
+/** The position a cursor names (records after it come next), or null when it is not one this API handed out. */
+export function decodeApprovalCursor(cursor: string): { created_at: number; approval_id: string } | null {
+  const m = /^(\d{1,15}):([\w.-]{1,100})$/.exec(Buffer.from(cursor, 'base64url').toString());
+  return m ? { created_at: Number(m[1]), approval_id: m[2]! } : null;
 }
 
 /** The transcript of a parked worker, saved at the tool-call boundary (opaque JSON for the agent loop). */
@@ -120,6 +125,7 @@ export class ApprovalStore {
       this.maxEvents, this.keys.taskAppended(taskId), this.retentionSec,
     );
     if (seq < 0) throw scriptError(seq, `park ${workerId}`);
+    await this.announce(approvals[0]?.workspace_id ?? '', 'approval_requested', approvals);
   }
 
   async parked(taskId: string, workerId: string): Promise<ParkedState | null> {
@@ -147,18 +153,78 @@ export class ApprovalStore {
 
   /**
    * Decides a pending approval once. Throws not_found / approval_decided (a second decision). Returns the record
-   * and how many approvals of the same worker are still pending (0: the worker can resume).
+   * and how many approvals of the same worker are still pending (0: the worker can resume). `modifier` (approved
+   * only) is the amended arguments' JSON text; scope `task` grants the same tool and arguments for the task.
    */
-  async decide(approvalId: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string): Promise<{ record: ApprovalRecord; pendingLeft: number }> {
+  async decide(
+    approvalId: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string,
+    opts: { modifier?: string; scope?: ApprovalScope } = {},
+  ): Promise<{ record: ApprovalRecord; pendingLeft: number }> {
     const taskId = taskOfApproval(approvalId);
     if (!taskId) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
     const t = this.keys.task(taskId);
+    const a = this.keys.taskApprovals(taskId);
+    const scope = opts.scope ?? 'once';
+    // The grant names the call as the model made it; the record is read in the script, so the grant is computed
+    // from the record read here (tool and arguments never change once asked).
+    const asked = scope === 'task' && status === 'approved' ? await this.get(approvalId) : null;
     const [code, raw, left] = await this.scripts.decideApproval(
-      t.meta, t.events, t.roster, this.keys.taskApprovals(taskId).approvals, taskId, approvalId, status, reason, decidedBy, Date.now(),
-      this.maxEvents, this.keys.taskAppended(taskId),
+      t.meta, t.events, t.roster, a.approvals, a.grants, taskId, approvalId, status, reason, decidedBy, Date.now(),
+      this.maxEvents, this.keys.taskAppended(taskId), opts.modifier ?? '', scope, asked ? approvalGrant(asked.tool_name, asked.arguments) : '', this.retentionSec,
     );
     if (code === -1) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
     if (code === -2) throw new StoreError('approval_decided', `approval ${approvalId} is already ${(JSON.parse(raw!) as ApprovalRecord).status}`);
-    return { record: JSON.parse(raw!) as ApprovalRecord, pendingLeft: left ?? 0 };
+    const record = JSON.parse(raw!) as ApprovalRecord;
+    await this.announce(record.workspace_id, 'approval_decided', [record]);
+    return { record, pendingLeft: left ?? 0 };
+  }
+
+  /**
+   * After the task's cancel (which cancels its pending approvals in the same script): tells the inbox. Only a
+   * cancel of the task cancels a task's approval, so every cancelled record of the task is this cancel's.
+   */
+  async announceCancelled(taskId: string): Promise<void> {
+    const cancelled = (await this.ofTask(taskId)).filter((a) => a.status === 'cancelled');
+    await this.announce(cancelled[0]?.workspace_id ?? '', 'approval_decided', cancelled);
+  }
+
+  /** Which of these calls an approval for the rest of the task already covers. */
+  async granted(taskId: string, calls: readonly { tool: string; arguments: string }[]): Promise<boolean[]> {
+    if (calls.length === 0) return [];
+    const hits = await this.redis.smismember(this.keys.taskApprovals(taskId).grants, ...calls.map((c) => approvalGrant(c.tool, c.arguments)));
+    return hits.map((h) => h === 1);
+  }
+
+  /**
+   * Tells the workspace's inbox log about transitions the owner's script just recorded (requested, decided,
+   * cancelled). Separate from that script because the inbox lives in the workspace's slot.
+   */
+  async announce(workspaceId: string, type: ApprovalInboxEvent['event_type'], records: readonly ApprovalRecord[]): Promise<void> {
+    if (records.length === 0) return;
+    const inbox = this.keys.approvalInbox(workspaceId);
+    await this.scripts.appendInbox(inbox.meta, inbox.events, INBOX_MAX_ENTRIES, this.keys.runsAppended(workspaceId), `approvals:${workspaceId}`, JSON.stringify(records.map((r) => [type, JSON.stringify(r)])));
+  }
+
+  async readInbox(workspaceId: string, afterSeq: number, limit: number): Promise<ApprovalInboxEvent[]> {
+    const inbox = this.keys.approvalInbox(workspaceId);
+    const [seq, entries] = await Promise.all([this.redis.hget(inbox.meta, 'seq'), this.redis.xrange(inbox.events, `(${afterSeq}-0`, '+', 'COUNT', limit) as Promise<StreamEntry[]>]);
+    const events = entries.map((entry): ApprovalInboxEvent => {
+      const { seq: n, timestamp, event_type, payload } = readEntry(entry);
+      return { seq: n, timestamp, event_type: event_type as ApprovalInboxEvent['event_type'], payload: payload as ApprovalRecord };
+    });
+    checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'approvals inbox');
+    return events;
+  }
+
+  /** The workspace's inbox log as the fan-out reads it; it never ends. */
+  inboxLog(workspaceId: string): WatchableLog<ApprovalInboxEvent> {
+    const inbox = this.keys.approvalInbox(workspaceId);
+    return {
+      id: `approvals:${workspaceId}`,
+      channel: this.keys.runsAppended(workspaceId),
+      read: (afterSeq, limit) => this.readInbox(workspaceId, afterSeq, limit),
+      head: async () => Number((await this.redis.hget(inbox.meta, 'seq')) ?? 0),
+      isTerminal: () => false,
+    };
   }
 }

@@ -10,3 +10,5 @@ export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSum
 export { SessionStore, decodeSessionEntry, type SessionStoreOptions, type TurnCommit, type SessionEventPage, type ConversationBinding } from './session-store.ts';
 export * from './session-types.ts';
 export { ApprovalStore, evaluatePolicy, globMatches, newApprovalId, taskOfApproval, newSessionApprovalId, sessionOfApproval, DEFAULT_APPROVAL_TIMEOUT_SECS, type ApprovalRecord, type ApprovalRule, type ApprovalPolicy, type ParkedState, type PolicyVerdict } from './approval-store.ts';
+export { approvalGrant, canonicalJson, policyProblem, DEFAULT_APPROVAL_RULES, type ArgumentMatch } from './approval-policy.ts';
+export { compareApprovals, decodeApprovalCursor, encodeApprovalCursor, type ApprovalInboxEvent } from './approval-store.ts';

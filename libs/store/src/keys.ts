@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{t:<id>}:roster   hash: worker_id → worker JSON (role, status, attempt, lease, result, ...)
  *   <prefix>:{t:<id>}:approvals  hash: approval_id → approval record JSON (see approval-store.ts)
  *   <prefix>:{t:<id>}:parked     hash: worker_id → the worker's transcript saved at its parked tool calls
+ *   <prefix>:{t:<id>}:grants     set: approvalGrant(tool, arguments) approved for the rest of the task
  *   <prefix>:stats:tasks       hash: status → count of tasks that reached it (metrics only)
  *   <prefix>:tasks:enqueueing  sorted set: task id → ms its creation began; left behind only by a gateway that
  *                              died before enqueueing the task's jobs (a sweeper enqueues those)
@@ -22,6 +23,8 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{w:<ws>}:tasks    set: the workspace's unfinished team tasks (for stop-all)
  *   <prefix>:{w:<ws>}:tasklist zset (scores 0): `<9999999999999 - created ms>:<taskId>`, newest first by member
  *   <prefix>:{w:<ws>}:approval-policy  string: the workspace's approval rules (JSON)
+ *   <prefix>:{w:<ws>}:approvals:meta|events  the workspace's approvals inbox log (hash with `seq`, stream
+ *                              `<seq>-0`): approval_requested / approval_decided with the record (SSE inbox)
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
  *
@@ -38,7 +41,8 @@ import { createHash } from 'node:crypto';
  * Pub/sub. Appends are announced on Redis 7 shard channels in the slot of the log they wake (SPUBLISH from the
  * append script itself; a gateway SSUBSCRIBEs only while it watches that log), message `<logId> <seq>`:
  *   <prefix>:{t:<id>}:appended   a task's log          <prefix>:{s:<id>}:appended   a session's log
- *   <prefix>:{w:<ws>}:appended   every run log of the workspace (log id `run:<runId>`)
+ *   <prefix>:{w:<ws>}:appended   every run log of the workspace (log id `run:<runId>`) and its approvals
+ *                                inbox (log id `approvals:<ws>`)
  * `<prefix>:cancel` (classic pub/sub, message `<taskId|sessionId>`, cluster-wide) reaches running agent loops.
  *
  * On Redis Cluster: every key of a task, session or workspace carries its hash tag, so each script and MULTI is
@@ -81,9 +85,15 @@ export class KeyBuilder {
   }
 
   /** A task's approval records and parked workers (same hash tag as the task, so one script touches all). */
-  taskApprovals(taskId: string): { approvals: string; parked: string } {
+  taskApprovals(taskId: string): { approvals: string; parked: string; grants: string } {
     const tag = `${this.prefix}:{t:${taskId}}`;
-    return { approvals: `${tag}:approvals`, parked: `${tag}:parked` };
+    return { approvals: `${tag}:approvals`, parked: `${tag}:parked`, grants: `${tag}:grants` };
+  }
+
+  /** The workspace's approvals inbox log (announced on the workspace's channel as log id `approvals:<ws>`). */
+  approvalInbox(workspaceId: string): { meta: string; events: string } {
+    const base = `${this.workspace(workspaceId)}:approvals`;
+    return { meta: `${base}:meta`, events: `${base}:events` };
   }
 
   approvalPolicy(workspaceId: string): string {

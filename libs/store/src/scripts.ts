@@ -80,6 +80,7 @@ export interface StoreScripts {
   parkWorker(...args: ScriptArg[]): Promise<number>;
   decideApproval(...args: ScriptArg[]): Promise<[number, string?, number?]>;
   setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
+  appendInbox(...args: ScriptArg[]): Promise<number>;
 }
 
 export function scriptsOf(redis: RedisClient): StoreScripts {

@@ -1,10 +1,13 @@
 import type { TaskStatus, TokenUsage, WorkerStatus } from '@cadre/protocol';
+import type { ApprovalPolicy } from './approval-policy.ts';
 
 export interface WorkerSpec {
   role: string;
   instructions: string;
   model?: string;
   tools: string[];
+  /** This worker's own rules, checked before the task's (first match wins); see approval-policy.ts. */
+  approval_policy?: ApprovalPolicy;
 }
 
 export interface TeamSpec {
@@ -12,7 +15,7 @@ export interface TeamSpec {
   workers: WorkerSpec[];
   max_workers: number;
   /** Rules checked before the workspace's (first match wins); see approval-store.ts. */
-  approval_policy?: { rules: { tool: string; action: 'allow' | 'ask' | 'deny'; timeout_secs?: number; reason?: string }[] };
+  approval_policy?: ApprovalPolicy;
 }
 
 /** `named`: the request names the workers; `planned`: the lead spawns them with spawn_worker. */

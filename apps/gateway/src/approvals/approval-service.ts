@@ -1,16 +1,56 @@
-import { APPROVAL_STATUSES, type ApprovalStatus } from '@cadre/protocol';
-import type { SessionApprovalView, SessionEngine } from '@cadre/session';
-import { StoreError, sessionOfApproval, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type TaskStore, type TeamQueue } from '@cadre/store';
+import { Ajv, type ValidateFunction } from 'ajv';
+import { builtinTools } from '@cadre/agent';
+import { APPROVAL_STATUSES, type ApprovalScope, type ApprovalStatus } from '@cadre/protocol';
+import { SessionEngineError, type SessionApprovalView, type SessionEngine } from '@cadre/session';
+import {
+  StoreError, sessionOfApproval, compareApprovals, decodeApprovalCursor, encodeApprovalCursor,
+  type ApprovalInboxEvent, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type EventFanout, type LogWatcher, type TaskStore, type TeamQueue,
+} from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
+import { checkPolicy } from '../tasks/task-service.ts';
 
 export interface ApprovalServiceDeps {
   approvals: ApprovalStore;
   store: TaskStore;
   queue: TeamQueue;
+  fanout: EventFanout;
   /** A session's approvals (ids `s.<sessionId>.…`) live with the session and are decided through its engine. */
   sessions: SessionEngine;
 }
+
+/** What the API shows: a team worker's record or a session's approval (the same fields, plus session_id). */
+export type ApprovalView = ApprovalRecord | SessionApprovalView;
+
+/** The inbox's filters (GET /api/approvals and the bulk decision's `filter`). */
+export interface ApprovalFilter {
+  workspace_id: string;
+  status?: ApprovalStatus;
+  task_id?: string;
+  session_id?: string;
+  run_id?: string;
+  /** Glob-free exact tool name (bulk filter only). */
+  tool?: string;
+}
+
+export interface Decision {
+  approved: boolean;
+  reason?: string;
+  /** The amended arguments the call runs with (approve only), checked against the tool's JSON schema. */
+  modifier?: Record<string, unknown>;
+  scope?: ApprovalScope;
+}
+
+/** One item of a bulk decision: what happened to it, and the record as it is now (when the key may see it). */
+export interface BulkOutcome {
+  approval_id: string;
+  outcome: 'decided' | 'conflict' | 'not_found';
+  approval?: ApprovalView;
+  error?: string;
+}
+
+/** At most this many approvals are decided by one bulk request (by ids or matched by a filter). */
+export const BULK_MAX = 200;
 
 /**
  * The name a decision is recorded under. Keys have no names of their own in Cadre's config, so the name says
@@ -20,9 +60,11 @@ export function keyName(principal: Principal): string {
   return principal.workspaces === 'all' ? 'operator-key' : `workspace-key:${principal.workspaces}`;
 }
 
-/** Policies, the approval inbox and decisions, behind the HTTP routes. */
+/** Policies, the approval inbox, decisions (one or in bulk) and the inbox's live stream, behind the HTTP routes. */
 export class ApprovalService {
   private readonly deps: ApprovalServiceDeps;
+  private readonly ajv = new Ajv({ allErrors: false, strict: false });
+  private readonly toolSchemas = new Map<string, ValidateFunction>();
 
   constructor(deps: ApprovalServiceDeps) {
     this.deps = deps;
@@ -39,12 +81,13 @@ export class ApprovalService {
 
   async setPolicy(principal: Principal, workspaceId: string, policy: ApprovalPolicy): Promise<ApprovalPolicy> {
     this.checkWorkspace(principal, workspaceId);
+    checkPolicy(policy, 'body');
     await this.deps.approvals.setPolicy(workspaceId, policy);
     return policy;
   }
 
   /** One approval; another workspace's reads as not found (its existence is not revealed). */
-  async get(principal: Principal, approvalId: string): Promise<ApprovalRecord | SessionApprovalView> {
+  async get(principal: Principal, approvalId: string): Promise<ApprovalView> {
     const sessionId = sessionOfApproval(approvalId);
     if (sessionId) {
       const found = (await this.deps.sessions.approvals(principal, sessionId).catch(() => [])).find((a) => a.approval_id === approvalId);
@@ -57,32 +100,58 @@ export class ApprovalService {
   }
 
   /**
-   * The inbox: a task's approvals, or those of the workspace's unfinished tasks (a finished task has no pending
-   * approval left), oldest first.
+   * The inbox, oldest first (then by id), a page at a time: approvals of the workspace's unfinished tasks (a
+   * finished task has no pending approval left), or of one task. `cursor` is the opaque `next_cursor` of the page
+   * before; the order is stable, so a record asked after a page was read comes on a later page.
    */
-  async list(principal: Principal, q: { workspace_id: string; status?: ApprovalStatus; task_id?: string; session_id?: string }): Promise<(ApprovalRecord | SessionApprovalView)[]> {
+  async list(principal: Principal, q: ApprovalFilter & { cursor?: string; limit?: number }): Promise<{ approvals: ApprovalView[]; next_cursor: string | null }> {
     this.checkWorkspace(principal, q.workspace_id);
-    if (q.status !== undefined && !APPROVAL_STATUSES.includes(q.status)) throw new ApiError('invalid_argument', `unknown status ${q.status}`);
-    if (q.session_id) {
-      // A session's approvals of its current turn (earlier turns' are in its log).
-      const ofSession = await this.deps.sessions.approvals(principal, q.session_id).catch(() => []);
-      return ofSession.filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status));
-    }
-    const taskIds = q.task_id ? [q.task_id] : await this.deps.store.activeTaskIds(q.workspace_id);
-    const all = (await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat();
-    return all
-      .filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status))
-      .sort((x, y) => x.created_at - y.created_at || x.approval_id.localeCompare(y.approval_id));
+    const after = q.cursor === undefined ? null : decodeApprovalCursor(q.cursor);
+    if (q.cursor !== undefined && !after) throw new ApiError('invalid_argument', 'cursor is not one this API handed out');
+    const limit = q.limit ?? 50;
+    const matching = (await this.matching(principal, q)).filter((a) => !after || compareApprovals(a, { ...a, ...after }) > 0);
+    const page = matching.slice(0, limit);
+    return { approvals: page, next_cursor: matching.length > limit ? encodeApprovalCursor(page.at(-1)!) : null };
   }
 
-  /** Records the one decision; a second is 409. The parked worker is woken once its last approval is decided. */
-  async decide(principal: Principal, approvalId: string, approved: boolean, reason: string | undefined): Promise<ApprovalRecord | SessionApprovalView> {
+  /** Every record the filter matches, in the inbox's order. */
+  private async matching(principal: Principal, q: ApprovalFilter): Promise<ApprovalView[]> {
+    if (q.status !== undefined && !APPROVAL_STATUSES.includes(q.status)) throw new ApiError('invalid_argument', `unknown status ${q.status}`);
+    // VM runs do not ask (see README "Tool approvals"): a run has no approvals.
+    if (q.run_id !== undefined) return [];
+    let all: ApprovalView[];
+    if (q.session_id !== undefined) {
+      // A session's approvals of its current turn (earlier turns' are in its log).
+      all = await this.deps.sessions.approvals(principal, q.session_id).catch(() => []);
+    } else {
+      const taskIds = q.task_id ? [q.task_id] : await this.deps.store.activeTaskIds(q.workspace_id);
+      all = (await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat();
+    }
+    return all
+      .filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status) && (q.tool === undefined || a.tool_name === q.tool))
+      .sort(compareApprovals);
+  }
+
+  /**
+   * Records the one decision; a second is 409. Input is checked before anything is written: a modifier only with
+   * an approval, as an object the tool's JSON schema accepts. The parked worker is woken once its last approval
+   * is decided.
+   */
+  async decide(principal: Principal, approvalId: string, decision: Decision): Promise<ApprovalView> {
+    const record = await this.get(principal, approvalId);
+    this.checkDecision(record, decision);
     const sessionId = sessionOfApproval(approvalId);
-    if (sessionId) return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
-    await this.get(principal, approvalId);
+    if (sessionId) {
+      const { approved, reason } = decision;
+      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
+    }
     let decided;
     try {
-      decided = await this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
+      const { approved, reason, modifier, scope } = decision;
+      decided = await this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), {
+        ...(modifier && { modifier: JSON.stringify(modifier) }),
+        ...(scope && { scope }),
+      });
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_decided') throw new ApiError('conflict', err.message);
       if (err instanceof StoreError && err.code === 'approval_not_found') throw new ApiError('not_found', `approval ${approvalId} not found`);
@@ -90,6 +159,77 @@ export class ApprovalService {
     }
     if (decided.pendingLeft === 0) await this.wake(decided.record);
     return decided.record;
+  }
+
+  /**
+   * Decides several approvals the same way: those named by `ids`, or the pending ones a filter matches (at most
+   * BULK_MAX, oldest first). Each gets its own outcome; one that was decided meanwhile is a `conflict`, not a
+   * failure of the rest. A modifier has no place here (it is per tool).
+   */
+  async decideMany(principal: Principal, req: { ids?: string[]; filter?: Omit<ApprovalFilter, 'status'>; decision: Decision }): Promise<BulkOutcome[]> {
+    if ((req.ids === undefined) === (req.filter === undefined)) throw new ApiError('invalid_argument', 'give either ids or filter');
+    if (req.decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a modifier amends one call\'s arguments; decide that approval on its own');
+    let ids: string[];
+    if (req.filter) {
+      this.checkWorkspace(principal, req.filter.workspace_id);
+      ids = (await this.matching(principal, { ...req.filter, status: 'pending' })).slice(0, BULK_MAX).map((a) => a.approval_id);
+    } else {
+      ids = [...new Set(req.ids)];
+    }
+    const outcomes: BulkOutcome[] = [];
+    // One at a time, in the order given: the log of each task reads in the order the operator decided.
+    for (const id of ids) outcomes.push(await this.decideOne(principal, id, req.decision));
+    return outcomes;
+  }
+
+  private async decideOne(principal: Principal, approvalId: string, decision: Decision): Promise<BulkOutcome> {
+    try {
+      return { approval_id: approvalId, outcome: 'decided', approval: await this.decide(principal, approvalId, decision) };
+    } catch (err) {
+      if (!(err instanceof ApiError || err instanceof SessionEngineError) || (err.code !== 'conflict' && err.code !== 'not_found')) throw err;
+      if (err.code === 'not_found') return { approval_id: approvalId, outcome: 'not_found', error: err.message };
+      return { approval_id: approvalId, outcome: 'conflict', error: err.message, approval: await this.get(principal, approvalId) };
+    }
+  }
+
+  /**
+   * The workspace's inbox as it changes: every approval_requested and approval_decided after `afterSeq` (the
+   * inbox log's seq, what SSE sends as `id:`), then live. It never ends by itself.
+   */
+  async watch(principal: Principal, workspaceId: string, afterSeq: number): Promise<LogWatcher<ApprovalInboxEvent>> {
+    this.checkWorkspace(principal, workspaceId);
+    // A cursor that is too old or ahead is refused now (410), not as an error event after a 200.
+    await this.deps.approvals.readInbox(workspaceId, afterSeq, 1).catch((err: unknown) => {
+      if (err instanceof StoreError && (err.code === 'cursor_expired' || err.code === 'cursor_ahead')) throw new ApiError('out_of_range', err.message);
+      throw err;
+    });
+    return this.deps.fanout.watch(this.deps.approvals.inboxLog(workspaceId), afterSeq);
+  }
+
+  private checkDecision(record: ApprovalView, decision: Decision): void {
+    const ofSession = 'session_id' in record;
+    // The session engine records a plain approve/deny; scope and modifier apply to team workers' approvals.
+    if (ofSession && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a session\'s approval takes scope "once" only');
+    if (ofSession && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a session\'s approval cannot be amended with a modifier');
+    if (!ofSession && decision.scope === 'session') throw new ApiError('invalid_argument', 'scope "session" applies to a session\'s approvals; this one is a team worker\'s (use "task")');
+    if (decision.modifier === undefined) return;
+    if (!decision.approved) throw new ApiError('invalid_argument', 'a modifier amends the arguments of an approved call; a denial takes none');
+    const validate = this.toolSchema(record.tool_name);
+    if (!validate(decision.modifier)) {
+      const e = validate.errors?.[0];
+      throw new ApiError('invalid_argument', `modifier does not fit ${record.tool_name}'s arguments: ${e ? `${e.instancePath || '/'} ${e.message ?? ''}`.trim() : 'invalid'}`);
+    }
+  }
+
+  private toolSchema(tool: string): ValidateFunction {
+    let validate = this.toolSchemas.get(tool);
+    if (!validate) {
+      const known = Object.hasOwn(builtinTools, tool) ? builtinTools[tool] : undefined;
+      if (!known) throw new ApiError('invalid_argument', `no argument schema is known for ${tool}, so its arguments cannot be amended`);
+      validate = this.ajv.compile(known.parameters);
+      this.toolSchemas.set(tool, validate);
+    }
+    return validate;
   }
 
   /**

@@ -1,7 +1,7 @@
 import { annotateSpan, type Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
-import { StoreError, decodeTaskCursor, type ApprovalPolicy, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
+import { StoreError, decodeTaskCursor, policyProblem, type ApprovalPolicy, type ApprovalStore, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 
@@ -19,7 +19,7 @@ export interface CreateTaskRequest {
   goal: string;
   team?: {
     lead?: { instructions?: string; model?: string };
-    workers?: { role: string; instructions?: string; model?: string; tools?: string[] }[];
+    workers?: { role: string; instructions?: string; model?: string; tools?: string[]; approval_policy?: ApprovalPolicy }[];
     max_workers?: number;
     approval_policy?: ApprovalPolicy;
   };
@@ -28,6 +28,8 @@ export interface CreateTaskRequest {
 
 export interface TaskServiceDeps {
   store: TaskStore;
+  /** A cancel cancels the task's pending approvals; the workspace's approvals inbox is told here. */
+  approvals: ApprovalStore;
   queue: TeamQueue;
   fanout: EventFanout;
   logger: Logger;
@@ -105,7 +107,10 @@ export class TaskService {
       throw new ApiError('conflict', `task ${taskId} already ${task.status}; only a queued or running task can be cancelled`);
     }
     const outcome = await this.deps.store.cancelTask(taskId, reason);
-    if (outcome === 'cancelled') this.deps.logger.info({ taskId, reason }, 'task cancelled');
+    if (outcome === 'cancelled') {
+      this.deps.logger.info({ taskId, reason }, 'task cancelled');
+      await this.deps.approvals.announceCancelled(taskId);
+    }
     return (await this.deps.store.getTask(taskId)) ?? task;
   }
 
@@ -117,7 +122,9 @@ export class TaskService {
   /** Operator cancel (stop-all): the same path as POST cancel; false when the task had already ended. */
   async cancelForOperator(taskId: string, reason: string): Promise<boolean> {
     try {
-      return (await this.deps.store.cancelTask(taskId, reason)) === 'cancelled';
+      if ((await this.deps.store.cancelTask(taskId, reason)) !== 'cancelled') return false;
+      await this.deps.approvals.announceCancelled(taskId);
+      return true;
     } catch (err) {
       if (err instanceof StoreError) return false;
       throw err;
@@ -157,7 +164,10 @@ function normaliseTeam(body: CreateTaskRequest, defaultMaxWorkers: number): Team
     instructions: w.instructions ?? DEFAULT_WORKER_INSTRUCTIONS,
     model: w.model,
     tools: w.tools ?? [],
+    ...(w.approval_policy && { approval_policy: w.approval_policy }),
   }));
+  checkPolicy(body.team?.approval_policy, 'team.approval_policy');
+  (body.team?.workers ?? []).forEach((w, i) => checkPolicy(w.approval_policy, `team.workers[${i}].approval_policy`));
   for (const w of workers) {
     try {
       resolveTools(w.tools);
@@ -179,4 +189,10 @@ function normaliseTeam(body: CreateTaskRequest, defaultMaxWorkers: number): Team
     max_workers: maxWorkers,
     ...(body.team?.approval_policy && { approval_policy: body.team.approval_policy }),
   };
+}
+
+/** What the schema cannot check in a policy (a `when` regex that does not compile): 400 naming the rule. */
+export function checkPolicy(policy: ApprovalPolicy | undefined, what: string): void {
+  const problem = policy ? policyProblem(policy.rules, `${what}.rules`) : null;
+  if (problem) throw new ApiError('invalid_argument', problem);
 }

@@ -1,5 +1,6 @@
 import { DelayedError, UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
 import type OpenAI from 'openai';
+import type { ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentSnapshot, type AgentTool, type ToolGate } from '@cadre/agent';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
@@ -117,10 +118,10 @@ export class AgentJobProcessor {
 
   private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
     const { approvals } = this.deps;
-    // The task's rules first, then the workspace's; no rule matching a call allows it.
     // Two reads in different slots (the workspace's policy, the task's parked state): one round trip.
     const [policy, parked] = await Promise.all([approvals.getPolicy(task.workspace_id), approvals.parked(task.task_id, worker.worker_id)]);
-    const rules: ApprovalRule[] = [...(task.team.approval_policy?.rules ?? []), ...policy.rules];
+    // The worker's own rules first, then the task's, then the workspace's, then the defaults (evaluatePolicy).
+    const rules: ApprovalRule[] = [...rulesOf(worker.approval_policy), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)];
     let resume: ResumeState | undefined;
     if (parked) {
       const state = parked.resume as ResumeState;
@@ -145,15 +146,19 @@ export class AgentJobProcessor {
         if (a.status === 'approved') return null;
         return a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
       });
-      resume = { ...state, denials };
+      resume = withModifiers({ ...state, denials }, byCall);
     }
     const gate: ToolGate = async (calls, snapshot) => {
-      const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name));
+      const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
       const denials = verdicts.map((v) => (v.action === 'deny' ? v.reason : null));
+      // An approval for the rest of the task covers the same tool and arguments: those calls run without asking.
+      const asking = calls.filter((_, i) => verdicts[i]!.action === 'ask');
+      const granted = new Set((await approvals.granted(task.task_id, asking.map((c) => ({ tool: c.function.name, arguments: c.function.arguments }))))
+        .flatMap((hit, i) => (hit ? [asking[i]!.id] : [])));
       const now = Date.now();
       const asks: ApprovalRecord[] = calls.flatMap((call, i) => {
         const v = verdicts[i]!;
-        if (v.action !== 'ask') return [];
+        if (v.action !== 'ask' || granted.has(call.id)) return [];
         return [{
           approval_id: newApprovalId(task.task_id), workspace_id: task.workspace_id, task_id: task.task_id, worker_id: worker.worker_id,
           call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, reason: v.reason, timeout_secs: v.timeout_secs,
@@ -327,6 +332,26 @@ type Outcome = AgentOutcome | { ok: false; reason: 'team_failed'; message: strin
 
 /** A parked loop's snapshot plus the denials the policy made without asking. */
 type ResumeState = AgentSnapshot & { denials: (string | null)[] };
+
+/** A policy's rules as stored: Lua's cjson writes an empty list as `{}`, so anything but a list means none. */
+function rulesOf(policy: { rules: ApprovalRule[] } | undefined): ApprovalRule[] {
+  return Array.isArray(policy?.rules) ? policy.rules : [];
+}
+
+/**
+ * The parked calls with an approver's amended arguments in place: the call runs with them, and the transcript's
+ * assistant message says so too, so the model's next turn sees the call that actually ran.
+ */
+function withModifiers(state: ResumeState, byCall: ReadonlyMap<string, ApprovalRecord>): ResumeState {
+  const amended = (call: ChatCompletionMessageFunctionToolCall): ChatCompletionMessageFunctionToolCall => {
+    const a = byCall.get(call.id);
+    return a?.status === 'approved' && a.modifier ? { ...call, function: { ...call.function, arguments: a.modifier } } : call;
+  };
+  const messages = state.messages.map((m) => (m.role === 'assistant' && m.tool_calls
+    ? { ...m, tool_calls: m.tool_calls.map((c) => (c.type === 'function' ? amended(c) : c)) }
+    : m));
+  return { ...state, messages, toolCalls: state.toolCalls.map(amended) };
+}
 
 /** Thrown by the gate to stop the loop at a tool-call boundary whose calls need decisions. */
 class Parked extends Error {

@@ -1,13 +1,14 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import type { ApprovalStatus } from '@cadre/protocol';
 import type { ApprovalPolicy } from '@cadre/store';
 import type { HttpAppDeps } from '../app.ts';
 import type { Principal } from '../../auth.ts';
-import { approvalParams, decisionBody, listApprovalsQuery, policyParams, policyBody } from '../schemas/approvals.schema.ts';
+import { approvalParams, bulkDecisionBody, decisionBody, inboxStreamQuery, listApprovalsQuery, policyParams, policyBody } from '../schemas/approvals.schema.ts';
+import { resumeCursor } from '../sse.ts';
+import type { ApprovalFilter, Decision } from '../../approvals/approval-service.ts';
 
 /**
  * Tool approvals: a workspace's policy (PUT/GET /api/workspaces/:workspace_id/approval-policy), the inbox
- * (GET /api/approvals), one approval and its decision.
+ * (GET /api/approvals, paginated), its live stream (SSE), one approval and its decision, decisions in bulk.
  */
 export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
@@ -25,19 +26,39 @@ export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps)
     async (request) => ({ policy: await deps.approvals.setPolicy(request.principal, request.params.workspace_id, request.body) }),
   );
 
-  app.get<{ Querystring: { workspace_id: string; status?: ApprovalStatus; task_id?: string; session_id?: string } }>(
+  app.get<{ Querystring: ApprovalFilter & { cursor?: string; limit?: number } }>(
     '/api/approvals',
     { schema: { querystring: listApprovalsQuery } },
-    async (request) => ({ approvals: await deps.approvals.list(request.principal, request.query) }),
+    async (request) => deps.approvals.list(request.principal, request.query),
+  );
+
+  // Registered before /api/approvals/:approval_id, which would otherwise take `stream` for an id.
+  app.get<{ Querystring: { workspace_id: string; after_seq?: number } }>(
+    '/api/approvals/stream',
+    { schema: { querystring: inboxStreamQuery } },
+    async (request, reply) => {
+      const afterSeq = resumeCursor(request, request.query.after_seq);
+      const watcher = await deps.approvals.watch(request.principal, request.query.workspace_id, afterSeq);
+      deps.sse.serve(request, reply, watcher);
+    },
+  );
+
+  app.post<{ Body: Decision & { ids?: string[]; filter?: Omit<ApprovalFilter, 'status'> } }>(
+    '/api/approvals/decisions',
+    { schema: { body: bulkDecisionBody } },
+    async (request) => {
+      const { ids, filter, ...decision } = request.body;
+      return { results: await deps.approvals.decideMany(request.principal, { ...(ids && { ids }), ...(filter && { filter }), decision }) };
+    },
   );
 
   app.get<{ Params: { approval_id: string } }>('/api/approvals/:approval_id', { schema: { params: approvalParams } }, async (request) => {
     return { approval: await deps.approvals.get(request.principal, request.params.approval_id) };
   });
 
-  app.post<{ Params: { approval_id: string }; Body: { approved: boolean; reason?: string } }>(
+  app.post<{ Params: { approval_id: string }; Body: Decision }>(
     '/api/approvals/:approval_id/decision',
     { schema: { params: approvalParams, body: decisionBody } },
-    async (request) => ({ approval: await deps.approvals.decide(request.principal, request.params.approval_id, request.body.approved, request.body.reason) }),
+    async (request) => ({ approval: await deps.approvals.decide(request.principal, request.params.approval_id, request.body) }),
   );
 };

@@ -1,5 +1,6 @@
 // JSON schemas of the approvals API. Bodies are strict; querystrings are coerced from text.
-import { APPROVAL_STATUSES } from '@cadre/protocol';
+import { APPROVAL_SCOPES, APPROVAL_STATUSES } from '@cadre/protocol';
+import { BULK_MAX } from '../../approvals/approval-service.ts';
 import { approvalPolicySchema } from './tasks.schema.ts';
 
 const workspaceId = { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' } as const;
@@ -13,6 +14,9 @@ export const approvalParams = {
   properties: { approval_id: { type: 'string', minLength: 1, maxLength: 100 } },
 } as const;
 
+const uuid = { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' } as const;
+const runId = { type: 'string', minLength: 1, maxLength: 128 } as const;
+
 export const listApprovalsQuery = {
   type: 'object',
   additionalProperties: false,
@@ -20,14 +24,52 @@ export const listApprovalsQuery = {
   properties: {
     workspace_id: workspaceId,
     status: { type: 'string', enum: [...APPROVAL_STATUSES] },
-    task_id: { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' },
-    session_id: { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' },
+    task_id: uuid,
+    session_id: uuid,
+    run_id: runId,
+    cursor: { type: 'string', minLength: 1, maxLength: 200 },
+    limit: { type: 'integer', minimum: 1, maximum: 200 },
   },
+} as const;
+
+const decisionFields = {
+  approved: { type: 'boolean' },
+  reason: { type: 'string', maxLength: 1000 },
+  // once: this call; task / session: the same tool and arguments no longer ask for the rest of the task / session.
+  scope: { type: 'string', enum: [...APPROVAL_SCOPES] },
 } as const;
 
 export const decisionBody = {
   type: 'object',
   additionalProperties: false,
   required: ['approved'],
-  properties: { approved: { type: 'boolean' }, reason: { type: 'string', maxLength: 1000 } },
+  properties: {
+    ...decisionFields,
+    // The amended arguments (approve only), checked against the tool's JSON schema by the service.
+    modifier: { type: 'object', maxProperties: 64 },
+  },
+} as const;
+
+/** POST /api/approvals/decisions: one decision for the approvals named by `ids`, or the pending ones `filter` matches. */
+export const bulkDecisionBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['approved'],
+  properties: {
+    ...decisionFields,
+    ids: { type: 'array', minItems: 1, maxItems: BULK_MAX, items: approvalParams.properties.approval_id },
+    filter: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['workspace_id'],
+      properties: { workspace_id: workspaceId, task_id: uuid, session_id: uuid, run_id: runId, tool: { type: 'string', minLength: 1, maxLength: 128 } },
+    },
+  },
+} as const;
+
+export const inboxStreamQuery = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['workspace_id'],
+  properties: { workspace_id: workspaceId, after_seq: { type: 'integer', minimum: 0 } },
 } as const;

@@ -19,6 +19,19 @@ export const approvalPolicySchema = {
         required: ['tool', 'action'],
         properties: {
           tool: { type: 'string', minLength: 1, maxLength: 128 },
+          // Conditions on the call's top-level arguments, all of which must hold (see approval-policy.ts).
+          when: {
+            type: 'object',
+            maxProperties: 16,
+            propertyNames: { maxLength: 128 },
+            additionalProperties: {
+              type: 'object',
+              minProperties: 1,
+              maxProperties: 1,
+              additionalProperties: false,
+              properties: { equals: {}, glob: { type: 'string', maxLength: 1000 }, regex: { type: 'string', maxLength: 500 } },
+            },
+          },
           action: { type: 'string', enum: ['allow', 'ask', 'deny'] },
           timeout_secs: { type: 'integer', minimum: 1, maximum: 7 * 24 * 3600 },
           reason: { type: 'string', maxLength: 1000 },
@@ -58,6 +71,8 @@ export const createTaskBody = {
               instructions: text(LIMITS.instructions),
               model: text(200),
               tools: { type: 'array', maxItems: LIMITS.tools, uniqueItems: true, items: text(64) },
+              // This worker's own rules, checked before the task's.
+              approval_policy: approvalPolicySchema,
             },
           },
         },
@@ -74,7 +89,7 @@ export interface CreateTaskBody {
   goal: string;
   team?: {
     lead?: { instructions?: string; model?: string };
-    workers?: { role: string; instructions?: string; model?: string; tools?: string[] }[];
+    workers?: { role: string; instructions?: string; model?: string; tools?: string[]; approval_policy?: ApprovalPolicy }[];
     max_workers?: number;
     approval_policy?: ApprovalPolicy;
   };

@@ -1,0 +1,283 @@
+import type { ChildProcess } from 'node:child_process';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent } from '@cadre/testing';
+import type { TeamEvent } from '@cadre/protocol';
+import { TestStack } from './support/stack.ts';
+
+// The approvals inbox beyond one decision: modifiers, approval for the rest of a task, decisions in bulk, the
+// inbox's SSE stream and its pages, per-worker rules with argument conditions, stop-all, and a worker killed
+// with kill -9 while its approval waits. Decisions go to a second gateway, as an operator's would.
+
+const KEY_C = 'key-inbox-ws-c-0123456789abc';
+const KEY_D = 'key-inbox-ws-d-0123456789abc';
+const RUNS_KEY = 'inbox-runs-key-0123456789';
+const CONTROL_KEY = 'inbox-control-key-0123456789';
+
+type Requested = Extract<TeamEvent, { event_type: 'worker_approval_requested' }>;
+type Resolved = Extract<TeamEvent, { event_type: 'worker_approval_resolved' }>;
+type Completed = Extract<TeamEvent, { event_type: 'worker_completed' }>;
+interface Approval {
+  approval_id: string;
+  status: string;
+  task_id: string;
+  tool_name: string;
+  arguments: string;
+  modifier?: string;
+  scope?: string;
+  decided_by?: string;
+}
+interface BulkResult {
+  approval_id: string;
+  outcome: string;
+  approval?: Approval;
+}
+
+let stack: TestStack;
+let second: string;
+beforeAll(async () => {
+  stack = await TestStack.start({
+    gateways: 2,
+    workers: 1,
+    env: { CADRE_API_KEYS: `wsc:${KEY_C},wsd:${KEY_D}`, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY },
+  });
+  second = `http://127.0.0.1:${stack.gateways[1]!.port}`;
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const calc = (expression: string): string => `[[scripted:call=calculate(${JSON.stringify({ expression })})]]`;
+const ASK_CALC = { rules: [{ tool: 'calculate', action: 'ask' }] };
+
+/** A task in `workspace` whose one worker runs `calls` (one model turn each). */
+async function startTask(workspace: string, key: string, calls: string[], policy: { task?: unknown; worker?: unknown } = { task: ASK_CALC }): Promise<string> {
+  const created = await httpClient(stack.url, key).post<{ task: { task_id: string } }>('/api/tasks', {
+    workspace_id: workspace,
+    goal: 'Compute',
+    team: {
+      workers: [{ role: 'calc', instructions: `Compute. ${calls.join(' ')}`, tools: ['calculate'], ...(policy.worker !== undefined && { approval_policy: policy.worker }) }],
+      ...(policy.task !== undefined && { approval_policy: policy.task }),
+    },
+  });
+  expect(created.status).toBe(201);
+  return created.body.task.task_id;
+}
+
+const requestedAfter = (taskId: string, afterSeq = 0): Promise<Requested> =>
+  waitForEvent(stack.url, taskId, (e) => e.event_type === 'worker_approval_requested' && e.seq > afterSeq) as Promise<Requested>;
+
+const resultOf = (events: TeamEvent[]): string => (events.find((e) => e.worker_id === 'calc-1' && e.event_type === 'worker_completed') as Completed).payload.result;
+
+/** Reads the inbox's SSE stream until `count` frames arrived, then hangs up. */
+async function readInbox(base: string, key: string, query: string, count: number, headers: Record<string, string> = {}): Promise<{ status: number; frames: { id: number; event: string; data: Approval & { seq: number } }[] }> {
+  const ac = new AbortController();
+  const res = await fetch(`${base}/api/approvals/stream?${query}`, { headers: { authorization: `Bearer ${key}`, ...headers }, signal: ac.signal });
+  const frames: { id: number; event: string; data: Approval & { seq: number } }[] = [];
+  if (res.status !== 200 || !res.body) return { status: res.status, frames };
+  const decoder = new TextDecoder();
+  let buffer = '';
+  try {
+    for await (const chunk of res.body) {
+      buffer += decoder.decode(chunk as Uint8Array, { stream: true });
+      let end;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const field = (name: string): string | undefined => block.split('\n').find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2);
+        const data = field('data');
+        if (data === undefined) continue;
+        const parsed = JSON.parse(data) as { seq: number; payload: Approval };
+        frames.push({ id: Number(field('id')), event: field('event')!, data: { ...parsed.payload, seq: parsed.seq } });
+      }
+      if (frames.length >= count) break;
+    }
+  } finally {
+    ac.abort();
+  }
+  return { status: res.status, frames };
+}
+
+describe('approvals inbox', () => {
+  it('an approval with a modifier runs the tool with the amended arguments; a modifier the tool refuses is a 400 and writes nothing', async () => {
+    const taskId = await startTask('wsc', KEY_C, [calc('6*7')]);
+    const ask = await requestedAfter(taskId);
+    const api = httpClient(second, KEY_C);
+    const url = `/api/approvals/${ask.payload.approval_id}/decision`;
+    expect((await api.post(url, { approved: true, modifier: { expression: 5 } })).status).toBe(400);
+    expect((await api.post(url, { approved: true, modifier: { expr: '5*5' } })).status).toBe(400);
+    expect((await api.post(url, { approved: false, modifier: { expression: '5*5' } })).status).toBe(400);
+    expect((await api.post(url, { approved: true, scope: 'forever' })).status).toBe(400);
+    expect((await api.get<{ approval: Approval }>(`/api/approvals/${ask.payload.approval_id}`)).body.approval.status).toBe('pending');
+
+    const decided = await api.post<{ approval: Approval }>(url, { approved: true, modifier: { expression: '5*5' } });
+    expect(decided.status).toBe(200);
+    expect(decided.body.approval).toMatchObject({ status: 'approved', modifier: '{"expression":"5*5"}', decided_by: 'workspace-key:wsc' });
+    const events = await pollUntilTerminal(stack.url, taskId);
+    assertContiguous(events.map((e) => e.seq));
+    expect((events.find((e) => e.event_type === 'worker_approval_resolved') as Resolved).payload).toMatchObject({ approved: true, modifier: '{"expression":"5*5"}' });
+    expect(resultOf(events)).toContain('25');
+    expect(resultOf(events)).not.toContain('42');
+  });
+
+  it('approved for the rest of the task: the same tool and arguments no longer ask, other arguments still do', async () => {
+    const taskId = await startTask('wsc', KEY_C, [calc('6*7'), calc('6*7'), calc('5*5')]);
+    const first = await requestedAfter(taskId);
+    await httpClient(second, KEY_C).post(`/api/approvals/${first.payload.approval_id}/decision`, { approved: true, scope: 'task' });
+    const next = await requestedAfter(taskId, first.seq);
+    expect(next.payload.arguments).toBe('{"expression":"5*5"}');
+    await httpClient(second, KEY_C).post(`/api/approvals/${next.payload.approval_id}/decision`, { approved: true });
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.filter((e) => e.event_type === 'worker_approval_requested')).toHaveLength(2);
+    expect(events.filter((e) => e.event_type === 'worker_tool_call')).toHaveLength(3);
+    const all = (await httpClient(stack.url, KEY_C).get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=wsc&task_id=${taskId}`)).body.approvals;
+    expect(all.map((a) => [a.arguments, a.status, a.scope])).toEqual([['{"expression":"6*7"}', 'approved', 'task'], ['{"expression":"5*5"}', 'approved', 'once']]);
+  });
+
+  it('a worker\'s own rules come first and match on arguments; the task\'s rules apply to the rest', async () => {
+    const taskId = await startTask('wsc', KEY_C, [calc('1+1'), calc('2*3')], {
+      worker: { rules: [{ tool: 'calculate', when: { expression: { glob: '*+*' } }, action: 'allow' }] },
+      task: { rules: [{ tool: 'calculate', when: { expression: { regex: '\\*' } }, action: 'ask', reason: 'products need a look' }] },
+    });
+    const ask = await requestedAfter(taskId);
+    expect(ask.payload).toMatchObject({ arguments: '{"expression":"2*3"}', reason: 'products need a look' });
+    await httpClient(second, KEY_C).post(`/api/approvals/${ask.payload.approval_id}/decision`, { approved: true });
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.filter((e) => e.event_type === 'worker_approval_requested')).toHaveLength(1);
+    expect(resultOf(events)).toContain('6');
+
+    const bad = await httpClient(stack.url, KEY_C).post<{ error: { message: string } }>('/api/tasks', {
+      workspace_id: 'wsc',
+      goal: 'x',
+      team: { workers: [{ role: 'calc', tools: ['calculate'], approval_policy: { rules: [{ tool: 'calculate', when: { expression: { regex: '(' } }, action: 'ask' }] } }] },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toContain('team.workers[0].approval_policy.rules[0].when.expression.regex does not compile');
+    expect((await httpClient(stack.url, KEY_C).request('PUT', '/api/workspaces/wsc/approval-policy', { rules: [{ tool: 'x', action: 'ask', when: { a: { glob: '*', regex: 'b' } } }] })).status).toBe(400);
+  });
+
+  it('the inbox streams requested and decided over SSE, resumes from Last-Event-ID, pages with a cursor, and bulk-decides by ids and by filter', async () => {
+    // Workspace wsd's inbox is this test's alone: its log starts here. A reader follows it live from the start.
+    const liveReader = readInbox(second, KEY_D, 'workspace_id=wsd', 6);
+    const tasks: string[] = [];
+    const asks: Requested[] = [];
+    for (const expression of ['1*1', '2*2', '3*3']) {
+      const taskId = await startTask('wsd', KEY_D, [calc(expression)]);
+      tasks.push(taskId);
+      asks.push(await requestedAfter(taskId));
+    }
+    const ids = asks.map((a) => a.payload.approval_id);
+
+    // Pages of one, oldest first, each cursor opaque: the three pending ones in the order they asked.
+    const api = httpClient(second, KEY_D);
+    const seen: Approval[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { status: number; body: { approvals: Approval[]; next_cursor: string | null } } = await api.get(`/api/approvals?workspace_id=wsd&status=pending&limit=1${cursor ? `&cursor=${cursor}` : ''}`);
+      expect(page.status).toBe(200);
+      expect(page.body.approvals).toHaveLength(1);
+      seen.push(...page.body.approvals);
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    expect(seen.map((a) => a.approval_id)).toEqual(ids);
+    expect((await api.get('/api/approvals?workspace_id=wsd&cursor=not-a-cursor')).status).toBe(400);
+    expect((await api.get('/api/approvals?workspace_id=wsd&limit=0')).status).toBe(400);
+
+    // Bulk by ids: the first, decided on its own just before, is a conflict; an unknown id is not_found; the
+    // second is decided. Another workspace's key cannot bulk-decide by filter (403) nor see these ids (not_found).
+    await api.post(`/api/approvals/${ids[0]}/decision`, { approved: true });
+    expect((await httpClient(stack.url, KEY_C).post('/api/approvals/decisions', { filter: { workspace_id: 'wsd' }, approved: true })).status).toBe(403);
+    const foreign = await httpClient(stack.url, KEY_C).post<{ results: BulkResult[] }>('/api/approvals/decisions', { ids: [ids[1]], approved: true });
+    expect(foreign.body.results).toEqual([{ approval_id: ids[1], outcome: 'not_found', error: `approval ${ids[1]} not found` }]);
+    expect((await api.post('/api/approvals/decisions', { approved: true })).status).toBe(400);
+    expect((await api.post('/api/approvals/decisions', { ids: [ids[1]], filter: { workspace_id: 'wsd' }, approved: true })).status).toBe(400);
+    expect((await api.post('/api/approvals/decisions', { ids: [ids[1]], approved: true, modifier: { expression: '1' } })).status).toBe(400);
+    const bulk = await api.post<{ results: BulkResult[] }>('/api/approvals/decisions', { ids: [ids[0], ids[1], 'nope'], approved: true, reason: 'batch' });
+    expect(bulk.status).toBe(200);
+    expect(bulk.body.results.map((r) => [r.approval_id, r.outcome, r.approval?.status])).toEqual([
+      [ids[0], 'conflict', 'approved'], [ids[1], 'decided', 'approved'], ['nope', 'not_found', undefined],
+    ]);
+    // Bulk by filter: every pending one of the workspace (the third), denied.
+    const byFilter = await api.post<{ results: BulkResult[] }>('/api/approvals/decisions', { filter: { workspace_id: 'wsd' }, approved: false, reason: 'not now' });
+    expect(byFilter.body.results.map((r) => [r.approval_id, r.outcome, r.approval?.status])).toEqual([[ids[2], 'decided', 'denied']]);
+    const results = await Promise.all(tasks.map((t) => pollUntilTerminal(stack.url, t)));
+    expect(results.map((events) => events.at(-1)!.event_type)).toEqual(['task_completed', 'task_completed', 'task_completed']);
+    expect(resultOf(results[2]!)).toContain('not now');
+
+    // The live reader saw each transition once, in order, with its seq as the SSE id.
+    const live = await liveReader;
+    expect(live.status).toBe(200);
+    expect(live.frames.map((f) => [f.id, f.event, f.data.approval_id, f.data.status])).toEqual([
+      [1, 'approval_requested', ids[0], 'pending'], [2, 'approval_requested', ids[1], 'pending'], [3, 'approval_requested', ids[2], 'pending'],
+      [4, 'approval_decided', ids[0], 'approved'], [5, 'approval_decided', ids[1], 'approved'], [6, 'approval_decided', ids[2], 'denied'],
+    ]);
+    // A reader that reconnects with Last-Event-ID 4 is sent the rest, from the other gateway.
+    const resumed = await readInbox(stack.url, KEY_D, 'workspace_id=wsd', 2, { 'last-event-id': '4' });
+    expect(resumed.frames.map((f) => f.id)).toEqual([5, 6]);
+    expect((await readInbox(stack.url, KEY_D, 'workspace_id=wsd', 0, { 'last-event-id': 'x' })).status).toBe(400);
+    expect((await readInbox(stack.url, KEY_D, 'workspace_id=wsd&after_seq=99', 0)).status).toBe(410);
+    expect((await readInbox(stack.url, KEY_C, 'workspace_id=wsd', 0)).status).toBe(403);
+  });
+
+  it('stop-all cancels the pending approvals of the workspace\'s tasks', async () => {
+    const taskId = await startTask('wsc', KEY_C, [calc('7*7')]);
+    const ask = await requestedAfter(taskId);
+    const stopped = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/stop-all', { workspace_id: 'wsc' }, { 'x-windie-runs-key': null, 'x-windie-runs-control-key': CONTROL_KEY });
+    expect(stopped.status).toBe(200);
+    expect(stopped.body.stopped_task_ids).toEqual([taskId]);
+    const record = await httpClient(second, KEY_C).get<{ approval: Approval }>(`/api/approvals/${ask.payload.approval_id}`);
+    expect(record.body.approval).toMatchObject({ status: 'cancelled', decided_by: '' });
+    expect((await httpClient(second, KEY_C).post(`/api/approvals/${ask.payload.approval_id}/decision`, { approved: true })).status).toBe(409);
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => (e as Resolved).payload.status)).toEqual(['cancelled']);
+    expect(events.at(-1)!.event_type).toBe('task_cancelled');
+  });
+});
+
+describe('a worker killed while its approval waits', () => {
+  let crash: TestStack;
+  beforeAll(async () => {
+    crash = await TestStack.start({ workers: 0, env: { CADRE_JOB_LOCK_MS: '1500' } });
+  });
+  afterAll(async () => {
+    await crash?.stop();
+  });
+
+  it('kill -9 of the worker process changes nothing: the task finishes on another process after the decision', async () => {
+    const first: ChildProcess = await crash.spawnWorkerProcess();
+    const created = await httpClient(crash.url, TEST_API_KEY).post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'crash',
+      goal: 'Compute',
+      team: { workers: [{ role: 'calc', instructions: `Compute. ${calc('6*7')}`, tools: ['calculate'] }], approval_policy: ASK_CALC },
+    });
+    const taskId = created.body.task.task_id;
+    const ask = (await waitForEvent(crash.url, taskId, (e) => e.event_type === 'worker_approval_requested')) as Requested;
+    // Parked: the job waits as a delayed job, so the process holds nothing of it.
+    const redis = new Redis(crash.redis.url);
+    const queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(crash.prefix).bullPrefix() });
+    try {
+      await expect.poll(() => queue.getJobCounts('delayed', 'active')).toEqual({ delayed: 1, active: 0 });
+    } finally {
+      await queue.close();
+      redis.disconnect();
+    }
+    first.kill('SIGKILL');
+    await new Promise((resolve) => first.once('exit', resolve));
+    expect((await httpClient(crash.url, TEST_API_KEY).post(`/api/approvals/${ask.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+    const other = await crash.spawnWorkerProcess();
+    try {
+      const events = await pollUntilTerminal(crash.url, taskId, 30_000);
+      assertContiguous(events.map((e) => e.seq));
+      const calcEvents = events.filter((e) => e.worker_id === 'calc-1').map((e) => `${e.event_type}#${e.attempt}`);
+      // One attempt, no failure: the kill happened while nothing ran.
+      expect(calcEvents).toEqual([
+        'worker_started#1', 'worker_phase#1', 'worker_tool_call#1', 'worker_approval_requested#1', 'worker_approval_resolved#1', 'worker_phase#1', 'worker_completed#1', 'worker_exited#1',
+      ]);
+      expect(resultOf(events)).toContain('42');
+    } finally {
+      other.kill('SIGKILL');
+    }
+  });
+});
