@@ -11,7 +11,8 @@ const BIN = join(fileURLToPath(new URL('../', import.meta.url)), 'apps/cli/src/m
 let stack: TestStack;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 1 });
+  // A second configured model, so set_model has one to switch to.
+  stack = await TestStack.start({ workers: 1, env: { CADRE_MODELS: 'cadre-alt' } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -135,6 +136,34 @@ describe('cadre rpc (oh-my-pi RPC mode over stdio)', () => {
     expect(lines.find((l) => l.id === 'p')).toMatchObject({ success: false, error: expect.stringMatching(/message/) });
     expect(lines.find((l) => l.id === 'm')).toMatchObject({ success: false });
     expect(lines.find((l) => l.id === 'b')!.data).toMatchObject({ output: 'hi-from-2\n', exitCode: 0 });
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  });
+
+  it('get_available_models, set_model among them (another is "Model not found"), get_messages after a tool turn', async () => {
+    const rpc = new Rpc();
+    rpc.send({ id: 'none', type: 'get_messages' });
+    rpc.send({ id: 'models', type: 'get_available_models' });
+    expect((await rpc.response('none')).data).toEqual({ messages: [] });
+    expect((await rpc.response('models')).data).toEqual({ models: [{ provider: 'cadre', id: 'cadre-scripted' }, { provider: 'cadre', id: 'cadre-alt' }] });
+    rpc.send({ id: 'bad', type: 'set_model', provider: 'cadre', modelId: 'gpt-nope' });
+    rpc.send({ id: 'other', type: 'set_model', provider: 'openai', modelId: 'cadre-alt' });
+    expect(await rpc.response('bad')).toMatchObject({ command: 'set_model', success: false, error: expect.stringMatching(/^Model not found: cadre\/gpt-nope/) });
+    expect(await rpc.response('other')).toMatchObject({ success: false, error: expect.stringMatching(/^Model not found: openai\/cadre-alt/) });
+    rpc.send({ id: 'set', type: 'set_model', provider: 'cadre', modelId: 'cadre-alt' });
+    expect(await rpc.response('set')).toMatchObject({ success: true, data: { provider: 'cadre', id: 'cadre-alt' } });
+    rpc.send({ id: 'state', type: 'get_state' });
+    expect((await rpc.response('state')).data.model).toEqual({ provider: 'cadre', id: 'cadre-alt' });
+
+    rpc.send({ id: 'p', type: 'prompt', message: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]' });
+    await rpc.waitFor(count('agent_end', 1));
+    rpc.send({ id: 'msgs', type: 'get_messages' });
+    const { messages } = (await rpc.response('msgs')).data;
+    expect(messages.map((m: Line) => m.role)).toEqual(['user', 'assistant', 'toolResult', 'assistant']);
+    expect(messages[0].content).toEqual([{ type: 'text', text: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]' }]);
+    expect(messages[1].content).toContainEqual({ type: 'toolCall', id: expect.any(String), name: 'calculate', arguments: { expression: '6*7' } });
+    expect(messages[2]).toMatchObject({ toolCallId: messages[1].content.at(-1).id, isError: false, content: [{ type: 'text', text: '42' }] });
+    expect(messages[3].content[0].text).toMatch(/using 1 tool result\(s\): 42$/);
     rpc.child.stdin.end();
     expect(await rpc.exited).toBe(0);
   });

@@ -33,6 +33,8 @@ export function gatewayConfig(env: Env) {
     runsMaxAttempts: int('RUNS_MAX_ATTEMPTS', 3, { min: 1, max: 100 }),
     /** The model a session uses when StartSession / POST /api/sessions names none. */
     model: str('CADRE_MODEL', 'cadre-scripted'),
+    /** More models sessions may switch to (comma-separated; cadre rpc set_model, /ws update-settings). */
+    extraModels: str('CADRE_MODELS', ''),
     /** StreamSession keepalive period during a turn (roz: 15 s). */
     sessionKeepaliveMs: int('CADRE_SESSION_KEEPALIVE_MS', 15_000, { min: 100 }),
     /** An open session's keys live this long after its last turn began. */

@@ -68,6 +68,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     queue: sessionQueue,
     fanout,
     defaultModel: config.model,
+    models: config.extraModels.split(',').map((m) => m.trim()).filter(Boolean),
   });
   const approvals = new ApprovalService({
     approvals: approvalStore, store, queue, sessions, fanout,
@@ -114,7 +115,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     sse,
     metrics,
     bodyLimitBytes: config.bodyLimitBytes,
-    models: [config.model],
+    models: sessions.models(),
     adminQueues: queue.adminQueues(),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.

@@ -63,6 +63,8 @@ export interface SessionEngineDeps {
   queue: SessionQueue;
   fanout: EventFanout;
   defaultModel: string;
+  /** Models a session may switch to (setModel); the default model is always one. */
+  models?: string[];
   defaultMaxContextTokens?: number;
 }
 
@@ -213,6 +215,26 @@ export class SessionEngine {
     await this.access(scope, sessionId);
     await this.mapped(this.deps.store.setInputModes(sessionId, modes));
     return this.get(scope, sessionId);
+  }
+
+  /** Models a session may switch to, the default first. */
+  models(): string[] {
+    return [...new Set([this.deps.defaultModel, ...(this.deps.models ?? [])])];
+  }
+
+  /** Switches an open session's model (among the configured ones); a running turn's next model call uses it. */
+  async setModel(scope: Scope, sessionId: string, model: string): Promise<SessionRecord> {
+    checkText(model, L.model, 'model', true);
+    if (!this.models().includes(model)) throw invalid(`model must be one of the configured models (${this.models().join(', ')}), got "${model.slice(0, 64)}"`);
+    await this.access(scope, sessionId);
+    await this.mapped(this.deps.store.setModel(sessionId, model));
+    return this.get(scope, sessionId);
+  }
+
+  /** The session's conversation as chat messages: user, assistant (with its tool calls) and tool results. */
+  async messages(scope: Scope, sessionId: string): Promise<object[]> {
+    await this.access(scope, sessionId);
+    return this.deps.store.transcript(sessionId);
   }
 
   /** A client's answer to a ToolRequest; wakes the parked turn when it was the last one it waited for. */

@@ -74,7 +74,7 @@ export interface StoreScripts {
   deliverSteering(...args: ScriptArg[]): Promise<number>;
   finishTurn(...args: ScriptArg[]): Promise<[number, number?]>;
   abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
-  setInputModes(...args: ScriptArg[]): Promise<number>;
+  setSessionFields(...args: ScriptArg[]): Promise<number>;
   compactTranscript(...args: ScriptArg[]): Promise<number>;
   bindConversation(...args: ScriptArg[]): Promise<string>;
   parkWorker(...args: ScriptArg[]): Promise<number>;

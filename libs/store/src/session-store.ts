@@ -329,8 +329,19 @@ export class SessionStore {
   }
 
   async setInputModes(sessionId: string, modes: InputModes): Promise<void> {
-    const code = await this.scripts.setInputModes(this.keys.session(sessionId).meta, JSON.stringify(modes));
+    const code = await this.scripts.setSessionFields(this.keys.session(sessionId).meta, JSON.stringify(modes));
     if (code < 0) throw sessionScriptError(code, 'set modes');
+  }
+
+  /** The model of an open session; the running turn's next model call uses it. */
+  async setModel(sessionId: string, model: string): Promise<void> {
+    const code = await this.scripts.setSessionFields(this.keys.session(sessionId).meta, JSON.stringify({ model }));
+    if (code < 0) throw sessionScriptError(code, 'set model');
+  }
+
+  /** The conversation as chat messages (the transcript list), oldest first. */
+  async transcript(sessionId: string): Promise<object[]> {
+    return (await this.redis.lrange(this.keys.session(sessionId).transcript, 0, -1)).map((m) => JSON.parse(m) as object);
   }
 
   /** Events after `afterSeq` with the session's workspace and status from the same round trip; cursor errors throw. */

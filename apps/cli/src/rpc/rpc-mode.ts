@@ -16,8 +16,6 @@ const REFUSED: Record<string, string> = {
   set_auto_compaction: 'compaction is always on in Cadre sessions',
   set_auto_retry: 'model retries are the worker pool\'s setting, not a session\'s',
   abort_retry: 'no retry is waiting: model retries happen inside the worker',
-  set_model: 'a session keeps the model it was created with; start a new_session',
-  get_messages: 'the transcript is not exposed by the session API; use get_last_assistant_text or the session events',
 };
 
 export class RpcMode {
@@ -136,9 +134,23 @@ export class RpcMode {
         return { data: { sessionId: s.session_id, turns: s.turn, status: s.status, lastSeq: s.last_seq } };
       }
       case 'get_available_models': {
+        const { models } = await this.client.call('GET', '/api/models', undefined, this.client.taskHeaders());
+        return { data: { models: (models as string[]).map((id) => ({ provider: 'cadre', id })) } };
+      }
+      case 'set_model': {
+        if (typeof c.modelId !== 'string' || c.modelId === '') return { error: 'modelId must be a non-empty string' };
+        const { models } = await this.client.call('GET', '/api/models', undefined, this.client.taskHeaders());
+        if ((c.provider !== undefined && c.provider !== 'cadre') || !(models as string[]).includes(c.modelId)) {
+          return { error: `Model not found: ${String(c.provider ?? 'cadre')}/${c.modelId} (available: ${(models as string[]).map((m) => `cadre/${m}`).join(', ')})` };
+        }
         const id = await this.session();
-        const s = (await this.client.call('GET', `/api/sessions/${id}`, undefined, this.client.taskHeaders())).session;
-        return { data: { models: [{ provider: 'cadre', id: s.model }] } };
+        const s = (await this.client.call('PUT', `/api/sessions/${id}/model`, { model: c.modelId }, this.client.taskHeaders())).session;
+        return { data: { provider: 'cadre', id: s.model } };
+      }
+      case 'get_messages': {
+        if (!this.sessionId) return { data: { messages: [] } };
+        const { messages } = await this.client.call('GET', `/api/sessions/${this.sessionId}/messages`, undefined, this.client.taskHeaders());
+        return { data: { messages: (messages as Json[]).map(agentMessage) } };
       }
       case 'set_steering_mode':
       case 'set_follow_up_mode':
@@ -240,5 +252,32 @@ export class RpcMode {
       default:
         return [];
     }
+  }
+}
+
+/** A transcript entry (an OpenAI chat message) as oh-my-pi's AgentMessage: content blocks, tool calls, tool results. */
+function agentMessage(m: Json): Json {
+  const text = (content: unknown): Json[] => (typeof content === 'string' && content !== '' ? [{ type: 'text', text: content }] : []);
+  switch (m.role) {
+    case 'assistant':
+      return {
+        role: 'assistant',
+        content: [
+          ...text(m.content),
+          ...((m.tool_calls ?? []) as Json[]).map((call) => ({ type: 'toolCall', id: call.id, name: call.function?.name, arguments: parseJson(call.function?.arguments) })),
+        ],
+      };
+    case 'tool':
+      return { role: 'toolResult', toolCallId: m.tool_call_id, content: text(m.content), isError: typeof m.content === 'string' && m.content.startsWith('error:') };
+    default:
+      return { role: m.role, content: Array.isArray(m.content) ? m.content : text(m.content) };
+  }
+}
+
+function parseJson(raw: unknown): unknown {
+  try {
+    return typeof raw === 'string' ? JSON.parse(raw) : raw;
+  } catch {
+    return raw;
   }
 }

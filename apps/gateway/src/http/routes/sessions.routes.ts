@@ -6,7 +6,7 @@ import type { HttpAppDeps } from '../app.ts';
 import { resumeCursor } from '../sse.ts';
 import { eventsQuery, streamQuery } from '../schemas/tasks.schema.ts';
 import {
-  abortBody, createSessionBody, inputBody, messageBody, modesBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
+  abortBody, createSessionBody, inputBody, messageBody, modelBody, modesBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
   type AbortBody, type CreateSessionBody, type InputBody, type MessageBody, type RegisterToolsBody, type ToolResultBody,
 } from '../schemas/sessions.schema.ts';
 
@@ -33,6 +33,11 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
     return reply.status(201).send({ session: await sessions.create(request.principal, request.body) });
   });
 
+  app.get('/api/models', async () => {
+    const models = sessions.models();
+    return { models, default: models[0] };
+  });
+
   app.get<{ Params: Params }>('/api/sessions/:session_id', { schema: { params: sessionParams } }, async (request) => {
     return { session: await sessions.get(request.principal, request.params.session_id) };
   });
@@ -49,6 +54,15 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
       const queued = await sessions.queueInput(request.principal, session_id, streaming_behavior, input);
       return reply.status(202).send({ session_id, message_id: queued.input_id, ...queued });
     }
+  });
+
+  app.get<{ Params: Params }>('/api/sessions/:session_id/messages', { schema: { params: sessionParams } }, async (request) => {
+    const { session_id } = request.params;
+    return { session_id, messages: await sessions.messages(request.principal, session_id) };
+  });
+
+  app.put<{ Params: Params; Body: { model: string } }>('/api/sessions/:session_id/model', { schema: { params: sessionParams, body: modelBody } }, async (request) => {
+    return { session: await sessions.setModel(request.principal, request.params.session_id, request.body.model) };
   });
 
   app.post<{ Params: Params; Body: InputBody }>('/api/sessions/:session_id/steer', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {

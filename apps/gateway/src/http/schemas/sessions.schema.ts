@@ -86,6 +86,13 @@ export const reasonBody = {
   properties: { reason: { type: 'string', minLength: 1, maxLength: 500 } },
 } as const;
 
+export const modelBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['model'],
+  properties: { model: { type: 'string', minLength: 1, maxLength: 200 } },
+} as const;
+
 export const sessionParams = {
   type: 'object',
   required: ['session_id'],

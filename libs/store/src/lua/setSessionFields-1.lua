@@ -1,7 +1,8 @@
 --[[
-  Sets a session's steering, follow-up and interrupt modes (values checked by the engine).
+  Sets settings of an open session (values checked by the engine): the steering, follow-up and interrupt modes,
+  or the model. They apply from the turn's next model call on.
   KEYS[1] meta
-  ARGV[1] modes, JSON object with any of steering_mode, follow_up_mode, interrupt_mode
+  ARGV[1] fields, JSON object of field → string value
   Returns 1, or -1 no such session, -2 session closed.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
