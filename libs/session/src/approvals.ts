@@ -33,6 +33,8 @@ export interface SessionApprovalView {
   task_id: string;
   worker_id: string;
   call_id: string;
+  /** The call's place among its turn's calls (the model's order), from 0. */
+  order: number;
   tool_name: string;
   arguments: string;
   reason: string;
@@ -48,7 +50,7 @@ export interface SessionApprovalView {
 export function approvalView(workspaceId: string, sessionId: string, call: ClientCall): SessionApprovalView {
   const a = call.approval!;
   return {
-    approval_id: a.approval_id, workspace_id: workspaceId, session_id: sessionId, task_id: '', worker_id: '', call_id: call.tool_call_id,
+    approval_id: a.approval_id, workspace_id: workspaceId, session_id: sessionId, task_id: '', worker_id: '', call_id: call.tool_call_id, order: call.order,
     tool_name: call.tool_name, arguments: call.arguments, reason: a.reason, timeout_secs: a.timeout_secs, status: a.status,
     created_at: a.created_at, expires_at: a.expires_at,
     ...(a.decided_at !== undefined && { decided_at: a.decided_at }),

@@ -34,6 +34,8 @@ export interface ApprovalRecord {
   modifier?: string;
   /** `task`: the approval also covers later calls of the same tool and arguments in the task. */
   scope?: ApprovalScope;
+  /** The call's place among its turn's calls (the model's order), from 0. */
+  order?: number;
 }
 
 /** One entry of a workspace's approvals inbox log: a record as it was at one of its transitions. */
@@ -48,18 +50,35 @@ export interface ApprovalInboxEvent {
 const INBOX_MAX_ENTRIES = 10_000;
 
 /** The inbox's stable order (oldest first, then by id) and its opaque cursor: the last record a page held. */
-export function compareApprovals(x: ApprovalRecord, y: ApprovalRecord): number {
-  return x.created_at - y.created_at || (x.approval_id < y.approval_id ? -1 : x.approval_id > y.approval_id ? 1 : 0);
+/** What the inbox orders by: when asked, then whose (task or session), then the call's place in its turn. */
+export interface ApprovalPosition {
+  created_at: number;
+  task_id: string;
+  session_id?: string;
+  order?: number;
+  approval_id: string;
 }
 
-export function encodeApprovalCursor(last: ApprovalRecord): string {
-  return Buffer.from(`${last.created_at}:${last.approval_id}`).toString('base64url');
+/**
+ * The inbox's stable order: oldest first; the calls of one turn (asked in the same millisecond) in the model's
+ * order; then by id.
+ */
+export function compareApprovals(x: ApprovalPosition, y: ApprovalPosition): number {
+  const text = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+  return x.created_at - y.created_at || text(ownerOf(x), ownerOf(y)) || (x.order ?? 0) - (y.order ?? 0) || text(x.approval_id, y.approval_id);
+}
+
+const ownerOf = (a: ApprovalPosition): string => a.session_id || a.task_id;
+
+/** The opaque cursor of the inbox: the position of the last record a page held. */
+export function encodeApprovalCursor(last: ApprovalPosition): string {
+  return Buffer.from(`${last.created_at}:${ownerOf(last)}:${last.order ?? 0}:${last.approval_id}`).toString('base64url');
 }
 
 /** The position a cursor names (records after it come next), or null when it is not one this API handed out. */
-export function decodeApprovalCursor(cursor: string): { created_at: number; approval_id: string } | null {
-  const m = /^(\d{1,15}):([\w.-]{1,100})$/.exec(Buffer.from(cursor, 'base64url').toString());
-  return m ? { created_at: Number(m[1]), approval_id: m[2]! } : null;
+export function decodeApprovalCursor(cursor: string): ApprovalPosition | null {
+  const m = /^(\d{1,15}):([0-9a-f-]{0,36}):(\d{1,4}):([\w.-]{1,100})$/.exec(Buffer.from(cursor, 'base64url').toString());
+  return m ? { created_at: Number(m[1]), task_id: m[2]!, order: Number(m[3]), approval_id: m[4]! } : null;
 }
 
 /** The transcript of a parked worker, saved at the tool-call boundary (opaque JSON for the agent loop). */

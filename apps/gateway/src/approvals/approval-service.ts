@@ -109,7 +109,7 @@ export class ApprovalService {
     const after = q.cursor === undefined ? null : decodeApprovalCursor(q.cursor);
     if (q.cursor !== undefined && !after) throw new ApiError('invalid_argument', 'cursor is not one this API handed out');
     const limit = q.limit ?? 50;
-    const matching = (await this.matching(principal, q)).filter((a) => !after || compareApprovals(a, { ...a, ...after }) > 0);
+    const matching = (await this.matching(principal, q)).filter((a) => !after || compareApprovals(a, after) > 0);
     const page = matching.slice(0, limit);
     return { approvals: page, next_cursor: matching.length > limit ? encodeApprovalCursor(page.at(-1)!) : null };
   }

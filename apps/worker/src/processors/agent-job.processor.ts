@@ -162,7 +162,7 @@ export class AgentJobProcessor {
         return [{
           approval_id: newApprovalId(task.task_id), workspace_id: task.workspace_id, task_id: task.task_id, worker_id: worker.worker_id,
           call_id: call.id, tool_name: call.function.name, arguments: call.function.arguments, reason: v.reason, timeout_secs: v.timeout_secs,
-          status: 'pending', created_at: now, expires_at: now + v.timeout_secs * 1000,
+          status: 'pending', created_at: now, expires_at: now + v.timeout_secs * 1000, order: i,
         }];
       });
       if (asks.length === 0) return denials;
