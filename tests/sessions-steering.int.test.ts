@@ -223,4 +223,20 @@ describe('steering and follow-ups', () => {
     const { body } = await api().get<{ session: Session }>(`/api/sessions/${id}`);
     expect(body.session.status).toBe('idle');
   });
+
+  it('an immediate-steer notice that arrives late (its steer already delivered) does not cut the next answer short', async () => {
+    const id = await newSession();
+    await api().post(`/api/sessions/${id}/messages`, { content: `Tell me a story ${SLOW}` });
+    await eventsUntil(id, count('text_delta', 1));
+    // The notice a steer sends (lua/queueInput-6.lua) reaching the worker after the boundary that delivered the
+    // steer: the model call running now answers that steer, and nothing waits.
+    await redis.publish(new KeyBuilder(stack.prefix).cancelChannel(), `steer:${id}`);
+    const all = await eventsUntil(id, count('turn_complete', 1));
+    assertContiguous(all.map((e) => e.seq));
+    expect(answers(all)).toEqual([expect.stringMatching(/^Scripted answer to "Tell me a story/)]);
+    const transcript = (await redis.lrange(new KeyBuilder(stack.prefix).session(id).transcript, 0, -1)).map((m) => JSON.parse(m) as { role: string; content: string });
+    expect(transcript.map((m) => m.role)).toEqual(['user', 'assistant']);
+    // The streamed text is the whole answer, once: the stream was not cut and asked again.
+    expect(answers(all)[0]).toBe(transcript[1]!.content);
+  });
 });

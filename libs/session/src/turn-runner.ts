@@ -170,7 +170,17 @@ export class TurnRunner {
     const stepAbort = new AbortController();
     // A steer in interrupt mode `immediate` cuts the stream short; the turn goes on with it (not an abort).
     const steered = new AbortController();
-    const unwatch = this.watchSteering?.(sid, () => steered.abort(new Error('steered')));
+    // A notice counts only while a steer waits: one that arrives late, for a steer a boundary already delivered
+    // (the previous call ended as it was sent), must not cut short the answer to that very steer.
+    const unwatch = this.watchSteering?.(sid, () => {
+      void store.steerWaiting(sid).then((waiting) => waiting && steered.abort(new Error('steered')), () => undefined);
+    });
+    // A steer queued after the boundary but before the watch began was announced to no one: it is taken before the
+    // model says anything (the loop's next boundary delivers it), not after the whole answer.
+    if (unwatch && (await store.steerWaiting(sid).catch(() => false))) {
+      unwatch();
+      return false;
+    }
     const stepSignal = AbortSignal.any([signal, stepAbort.signal, steered.signal]);
     let answered = '';
     const buffer = new DeltaBuffer({
@@ -196,7 +206,9 @@ export class TurnRunner {
       if (steered.signal.aborted && !signal.aborted && !stepAbort.signal.aborted) {
         // What the model had said stays in the transcript (the client saw it), then the steering message.
         const rest = await buffer.drain();
-        await store.deliverSteering(sid, lease, { messages: answered ? [{ role: 'assistant', content: answered }] : [], events: rest });
+        const delivered = await store.deliverSteering(sid, lease, { messages: answered ? [{ role: 'assistant', content: answered }] : [], events: rest });
+        // The steer went (an abort dropped it): the deltas the client saw stay in the log; the model answers again.
+        if (delivered === 0 && rest.length > 0) await store.commitTurn(sid, lease, { events: rest });
         return false;
       }
       if (stepSignal.aborted) {

@@ -294,6 +294,14 @@ export class SessionStore {
     return n;
   }
 
+  /** Whether a steer waits that should cut a running model call short (interrupt mode `immediate`). */
+  async steerWaiting(sessionId: string): Promise<boolean> {
+    const k = this.keys.session(sessionId);
+    const [[e1, mode], [e2, queued]] = (await this.redis.multi().hget(k.meta, 'interrupt_mode').llen(k.steer).exec()) as [[Error | null, string | null], [Error | null, number]];
+    if (e1 ?? e2) throw e1 ?? e2;
+    return mode !== 'wait' && queued > 0;
+  }
+
   /**
    * The turn's last step (lua/finishTurn-6.lua): `continue` when steering arrived and the turn goes on, else the
    * turn ended and `next` is the wake of the turn queued inputs started (0 = none).
