@@ -13,36 +13,55 @@ export interface AuthConfig {
   devMode: boolean;
 }
 
-const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
+/** A key as it is kept and compared: its SHA-256 digest (fixed length, so comparing leaks no length). */
+export const keyDigest = (key: string): Buffer => createHash('sha256').update(key).digest();
 
 /**
- * Bearer-key authentication. Keys are compared as SHA-256 digests with timingSafeEqual against every configured
- * key (no early exit), so neither length nor prefix leaks through timing. Keys are never logged.
+ * Configured keys and what each reaches. A presented key is compared as a digest with timingSafeEqual against
+ * every configured key (no early exit), so neither length nor prefix leaks through timing. Keys are never logged.
  */
+export class KeyTable {
+  private readonly entries: { digest: Buffer; principal: Principal }[] = [];
+
+  add(key: string, principal: Principal): void {
+    this.entries.push({ digest: keyDigest(key), principal });
+  }
+
+  get size(): number {
+    return this.entries.length;
+  }
+
+  /** The reach of the first configured key equal to `presented`. */
+  lookup(presented: string): Principal | undefined {
+    const digest = keyDigest(presented);
+    let found: Principal | undefined;
+    for (const entry of this.entries) {
+      if (timingSafeEqual(entry.digest, digest) && !found) found = entry.principal;
+    }
+    return found;
+  }
+}
+
+/** Bearer-key authentication over a KeyTable. */
 export class Authenticator {
-  private readonly entries: { digest: Buffer; principal: Principal }[];
+  private readonly keys = new KeyTable();
   private readonly devMode: boolean;
 
   constructor(config: AuthConfig) {
     this.devMode = config.devMode;
-    this.entries = [];
-    if (config.apiKey) this.entries.push({ digest: digest(config.apiKey), principal: { workspaces: 'all' } });
-    for (const [key, ws] of config.workspaceKeys) this.entries.push({ digest: digest(key), principal: { workspaces: ws } });
+    if (config.apiKey) this.keys.add(config.apiKey, { workspaces: 'all' });
+    for (const [key, ws] of config.workspaceKeys) this.keys.add(key, { workspaces: ws });
   }
 
   /** `header` is the Authorization header / metadata value. */
   authenticate(header: string | undefined): Principal {
-    if (this.entries.length === 0) {
+    if (this.keys.size === 0) {
       if (this.devMode) return { workspaces: 'all' };
       throw new ApiError('unavailable', 'no API key is configured on this gateway (set CADRE_API_KEY or CADRE_API_KEYS)');
     }
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
     if (!match) throw new ApiError('unauthenticated', 'missing bearer key: send "Authorization: Bearer <key>"');
-    const presented = digest(match[1]!);
-    let found: Principal | undefined;
-    for (const entry of this.entries) {
-      if (timingSafeEqual(entry.digest, presented) && !found) found = entry.principal;
-    }
+    const found = this.keys.lookup(match[1]!);
     if (!found) throw new ApiError('unauthenticated', 'invalid API key');
     return found;
   }

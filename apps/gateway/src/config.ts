@@ -1,4 +1,4 @@
-import { bool, int, logLevel, positiveIntOr, readConfig, redisTarget, str, workspaceKeys, type Env } from '@cadre/config';
+import { bool, eventRetentionSec, int, logLevel, positiveIntOr, readConfig, redisTarget, str, workspaceKeys, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the gateway; parsed once at start-up. */
 export function gatewayConfig(env: Env) {
@@ -11,7 +11,7 @@ export function gatewayConfig(env: Env) {
     devMode: bool('CADRE_DEV_MODE', false),
     keyPrefix: str('CADRE_KEY_PREFIX', 'cadre'),
     logLevel: logLevel(),
-    retentionSec: int('CADRE_EVENT_RETENTION_SEC', 7 * 24 * 3600, { min: 60 }),
+    retentionSec: eventRetentionSec(),
     maxEventsPerTask: int('CADRE_MAX_EVENTS_PER_TASK', 100_000, { min: 100 }),
     defaultMaxWorkers: int('CADRE_MAX_WORKERS', 8, { min: 1, max: 16 }),
     watcherBufferLimit: int('CADRE_WATCHER_BUFFER', 1024, { min: 16 }),

@@ -6,6 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, configOrExit, describeRedisTarget, exitForConfig } from '@cadre/config';
+import { whenParentExits } from '@cadre/lifecycle';
 import { createLogPrettifier } from '@cadre/observability';
 import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
@@ -266,17 +267,11 @@ process.stderr.on('error', () => undefined);
 
 // `npm start` runs us under `sh -c`, and on SIGTERM npm signals only that shell, which dies without passing the
 // signal on. Being re-parented is how we learn of it: stop as if we had been sent SIGTERM.
-const parentAtStart = process.ppid;
-const watchParent = (): void => {
+whenParentExits((parent) => {
   if (stack.isStopping) return;
-  if (process.ppid !== parentAtStart) {
-    stack.say(`parent process ${parentAtStart} went away (e.g. npm was sent SIGTERM); stopping`);
-    void stack.stop(0);
-    return;
-  }
-  setTimeout(watchParent, 500).unref();
-};
-watchParent();
+  stack.say(`parent process ${parent} went away (e.g. npm was sent SIGTERM); stopping`);
+  void stack.stop(0);
+});
 try {
   await run(stack, config);
 } catch (err) {

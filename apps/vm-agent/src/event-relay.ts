@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '@cadre/observability';
+import { backoffDelay } from './backoff.ts';
 import { GatewayError, type GatewayClient, type RelayedEvent } from './gateway-client.ts';
 
 export interface EventRelayOptions {
@@ -116,7 +117,7 @@ export class EventRelay {
           continue;
         }
         failures++;
-        const delay = Math.min(this.opts.maxRetryDelayMs ?? 5_000, 100 * 2 ** Math.min(failures, 10));
+        const delay = backoffDelay(failures, { baseMs: 200, maxMs: this.opts.maxRetryDelayMs ?? 5_000 });
         this.opts.logger.warn({ err: (err as Error).message, retryInMs: delay }, 'relaying events failed; retrying');
         await sleep(delay, undefined, { signal: this.discardSignal.signal }).catch(() => {});
       }

@@ -1,4 +1,5 @@
 import type { Logger } from '@cadre/observability';
+import { backoffDelay, jittered } from './backoff.ts';
 import type { GatewayClient, HeartbeatRequest, HeartbeatResponse } from './gateway-client.ts';
 
 export interface HeartbeatLoopOptions {
@@ -99,12 +100,10 @@ export class HeartbeatLoop {
   }
 
   private backoffMs(): number {
-    const base = this.opts.backoffBaseMs ?? 250;
-    const cap = this.opts.maxBackoffMs ?? 5_000;
-    return Math.min(cap, this.jitter(base * 2 ** Math.min(this.failures - 1, 20)));
+    return backoffDelay(this.failures, { baseMs: this.opts.backoffBaseMs ?? 250, maxMs: this.opts.maxBackoffMs ?? 5_000, ...(this.opts.random && { random: this.opts.random }) });
   }
 
   private jitter(ms: number): number {
-    return Math.max(1, Math.round(ms * (0.9 + 0.2 * (this.opts.random ?? Math.random)())));
+    return jittered(ms, this.opts.random);
   }
 }

@@ -6,6 +6,7 @@ import type OpenAI from 'openai';
 import { runAgent, type AgentObserver, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import { inSpan, type Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
+import { backoffDelay } from './backoff.ts';
 import type { VmAgentConfig } from './config.ts';
 import { EventRelay } from './event-relay.ts';
 import { isFenced, isUnavailable, type AssignedRun, type ControlCommand, type GatewayClient, type HeartbeatResponse } from './gateway-client.ts';
@@ -199,7 +200,7 @@ class ActiveRun {
         if (!isUnavailable(err) || attempt >= 6 || this.ending) {
           return void this.log.warn({ err: (err as Error).message }, 'worker-dispatched failed; the assignment will be re-sent');
         }
-        await sleep(Math.min(2_000, 100 * 2 ** attempt));
+        await sleep(backoffDelay(attempt, { baseMs: 200, maxMs: 2_000 }));
       }
     }
     if (this.ending) return;

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { bool, int, logLevel, readConfig, redisTarget, str, url, type Env } from '@cadre/config';
+import { bool, eventRetentionSec, int, logLevel, readConfig, redisTarget, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the worker pool; parsed once at start-up. */
 export function workerConfig(env: Env) {
@@ -12,7 +12,7 @@ export function workerConfig(env: Env) {
     hostId: str('CADRE_HOST_ID', `${hostname()}:${process.pid}`),
     keyPrefix: str('CADRE_KEY_PREFIX', 'cadre'),
     logLevel: logLevel(),
-    retentionSec: int('CADRE_EVENT_RETENTION_SEC', 7 * 24 * 3600, { min: 60 }),
+    retentionSec: eventRetentionSec(),
     maxEventsPerTask: int('CADRE_MAX_EVENTS_PER_TASK', 100_000, { min: 100 }),
     maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),
     workerTimeoutMs: int('CADRE_WORKER_TIMEOUT_MS', 300_000, { min: 100 }),

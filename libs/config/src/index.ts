@@ -61,6 +61,14 @@ export function int(names: Names, fallback: number, opts: { min?: number; max?: 
   };
 }
 
+/** How long an ended task's, run's or session's keys and log are kept, unless CADRE_EVENT_RETENTION_SEC says. */
+export const DEFAULT_RETENTION_SEC = 7 * 24 * 3600;
+
+/** CADRE_EVENT_RETENTION_SEC, read alike by every app that writes logs. */
+export function eventRetentionSec(): Field<number> {
+  return int('CADRE_EVENT_RETENTION_SEC', DEFAULT_RETENTION_SEC, { min: 60 });
+}
+
 export function bool(names: Names, fallback: boolean): Field<boolean> {
   return {
     names: namesOf(names),

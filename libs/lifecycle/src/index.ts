@@ -21,13 +21,21 @@ export function onShutdown(opts: ShutdownOptions): void {
     );
   };
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
-  if (opts.exitWithParent) {
-    const parent = process.ppid;
-    // A chained timer, unref'd: it never keeps the process alive by itself.
-    const check = (): void => {
-      if (process.ppid !== parent) return stop(`parent ${parent} exited`);
-      setTimeout(check, 500).unref();
-    };
-    setTimeout(check, 500).unref();
-  }
+  if (opts.exitWithParent) whenParentExits((parent) => stop(`parent ${parent} exited`));
+}
+
+/**
+ * Calls `onExit` once, when the process that started this one has gone away (we were re-parented); checked
+ * every half second. Returns a function that stops watching.
+ */
+export function whenParentExits(onExit: (parentPid: number) => void): () => void {
+  const parent = process.ppid;
+  let timer: NodeJS.Timeout | undefined;
+  // A chained timer, unref'd: it never keeps the process alive by itself.
+  const check = (): void => {
+    if (process.ppid !== parent) return onExit(parent);
+    timer = setTimeout(check, 500).unref();
+  };
+  timer = setTimeout(check, 500).unref();
+  return () => clearTimeout(timer);
 }

@@ -7,6 +7,7 @@ import { KeyBuilder } from './keys.ts';
 import { checkCursor, scriptError, StoreError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { approvalGrant, type ApprovalPolicy } from './approval-policy.ts';
+import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
 export {
   DEFAULT_APPROVAL_TIMEOUT_SECS, evaluatePolicy, globMatches, type ApprovalPolicy, type ApprovalRule, type PolicyVerdict,
@@ -123,7 +124,7 @@ export class ApprovalStore {
     this.keys = opts.keys ?? new KeyBuilder();
     this.scripts = scriptsOf(opts.redis);
     this.maxEvents = opts.maxEventsPerTask ?? 100_000;
-    this.retentionSec = opts.retentionSec ?? 7 * 24 * 3600;
+    this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
   }
 
   async getPolicy(workspaceId: string): Promise<ApprovalPolicy> {

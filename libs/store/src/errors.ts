@@ -23,7 +23,9 @@ export type StoreErrorCode =
   | 'queue_full'
   | 'transcript_changed'
   | 'approval_not_found'
-  | 'approval_decided';
+  | 'approval_decided'
+  /** A script answered a code no table knows: a bug (a script and its table out of step), never the caller's. */
+  | 'unexpected_script_result';
 
 export class StoreError extends Error {
   readonly code: StoreErrorCode;
@@ -32,6 +34,10 @@ export class StoreError extends Error {
     this.name = 'StoreError';
     this.code = code;
   }
+}
+
+function unexpectedResult(code: number, what: string): StoreError {
+  return new StoreError('unexpected_script_result', `${what}: unexpected script result ${code}`);
 }
 
 /** The negative codes the Lua scripts return, in one table. */
@@ -48,7 +54,7 @@ export function scriptError(code: number, what: string): StoreError {
     case -5:
       return new StoreError('worker_finished', `${what}: worker already finished`);
     default:
-      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+      return unexpectedResult(code, what);
   }
 }
 
@@ -66,7 +72,7 @@ export function runScriptError(code: number, what: string): StoreError {
     case -7:
       return new StoreError('invalid_state', `${what}: not allowed in the run's current state`);
     default:
-      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+      return unexpectedResult(code, what);
   }
 }
 
@@ -92,7 +98,7 @@ export function sessionScriptError(code: number, what: string): StoreError {
     case -12:
       return new StoreError('queue_full', `${what}: too many messages are already queued in this session`);
     default:
-      return new Error(`${what}: unexpected script result ${code}`) as StoreError;
+      return unexpectedResult(code, what);
   }
 }
 

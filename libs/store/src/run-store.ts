@@ -5,6 +5,7 @@ import { checkCursor, runScriptError, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
+import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 import {
   TERMINAL_RUN_STATUSES,
   type AssignedRun,
@@ -69,7 +70,7 @@ export class RunStore {
     this.redis = opts.redis;
     this.keys = opts.keys;
     this.scripts = scriptsOf(opts.redis);
-    this.retentionSec = opts.retentionSec ?? 7 * 24 * 3600;
+    this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
     this.maxEvents = opts.maxEventsPerRun ?? 100_000;
     this.workerTtlMs = opts.workerTtlMs ?? 30_000;
     this.maxAttempts = opts.maxAttempts ?? 3;

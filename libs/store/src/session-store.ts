@@ -8,6 +8,7 @@ import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ApprovalRule } from './approval-store.ts';
 import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
+import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
 export interface SessionStoreOptions {
   redis: RedisClient;
@@ -33,7 +34,6 @@ export interface SessionEventPage {
   events: SessionEvent[];
 }
 
-const DEFAULT_RETENTION_SEC = 7 * 24 * 3600;
 const DEFAULT_MAX_EVENTS = 100_000;
 
 /** Sessions: state, transcript and the ordered log, every write one Lua script on the session's slot. */

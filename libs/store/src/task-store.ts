@@ -8,6 +8,7 @@ import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, fieldsOf, type StreamEntry } from './event-codec.ts';
 import { listMember, listTasks, TASK_LIST_MAX_ENTRIES, type TaskListPage } from './task-list.ts';
+import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
 export interface TaskStoreOptions {
   redis: RedisClient;
@@ -44,7 +45,6 @@ export interface EventPage {
   events: TeamEvent[];
 }
 
-const DEFAULT_RETENTION_SEC = 7 * 24 * 3600;
 const DEFAULT_MAX_EVENTS = 100_000;
 
 /** The task registry and its event log: every write is one Lua script on the task's slot. */

@@ -4,7 +4,7 @@ import fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyErro
 import { traceHttpRequests, type Logger } from '@cadre/observability';
 import type { Registry } from 'prom-client';
 import type { Authenticator } from '../auth.ts';
-import { httpStatusOf, toApiError } from '../errors.ts';
+import { errorHandler } from './error-handler.ts';
 import type { TaskService } from '../tasks/task-service.ts';
 import { healthRoutes } from './routes/health.routes.ts';
 import { taskRoutes } from './routes/tasks.routes.ts';
@@ -39,23 +39,6 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
 // so they are coerced ("after_seq=5" → 5) by a second Ajv.
 const strictAjv = new Ajv({ allErrors: false, coerceTypes: false, removeAdditional: false, useDefaults: true });
 const coercingAjv = new Ajv({ allErrors: false, coerceTypes: true, removeAdditional: false, useDefaults: true });
-
-const CLIENT_ERROR_CODES: Record<number, string> = {
-  400: 'invalid_argument',
-  404: 'not_found',
-  413: 'payload_too_large',
-  415: 'unsupported_media_type',
-};
-
-/** The first schema error as one sentence that names the offending field, unknown fields included. */
-function validationMessage(context: string, errors: NonNullable<FastifyError['validation']>, fallback: string): string {
-  const first = errors[0];
-  if (!first) return `${context}${fallback.replace(/^(body|querystring|params|headers)/, '')}`;
-  const where = `${context}${first.instancePath}`;
-  const unknown = first.keyword === 'additionalProperties' ? (first.params as { additionalProperty?: unknown }).additionalProperty : undefined;
-  if (typeof unknown === 'string') return `${where} has an unknown field "${unknown.slice(0, 64)}"`;
-  return `${where} ${first.message ?? 'is invalid'}`;
-}
 
 /** A broken bound as Fastify's own schema errors look, so each API's error handler answers it in its shape. */
 function boundsError(part: 'params' | 'querystring' | 'body', violation: BoundsViolation): FastifyError {
@@ -105,22 +88,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     done();
   });
 
-  app.setErrorHandler((err: FastifyError, request, reply) => {
-    const api = toApiError(err);
-    if (api) return reply.status(httpStatusOf(api.code)).send({ error: { code: api.code, message: api.message } });
-    if (err.validation) {
-      return reply.status(400).send({ error: { code: 'invalid_argument', message: validationMessage(err.validationContext ?? 'request', err.validation, err.message) } });
-    }
-    const status = err.statusCode ?? 500;
-    // Fastify's own client errors (bad JSON, wrong content type, body too large) answer with the API's codes,
-    // not Fastify's internal FST_ERR_* names.
-    if (status < 500) {
-      const message = status === 415 ? `unsupported content-type "${String(request.headers['content-type'] ?? '').slice(0, 100)}"; send application/json` : err.message;
-      return reply.status(status).send({ error: { code: CLIENT_ERROR_CODES[status] ?? 'bad_request', message } });
-    }
-    request.log.error({ err, url: request.routeOptions.url }, 'request failed');
-    return reply.status(500).send({ error: { code: 'internal', message: 'internal error' } });
-  });
+  app.setErrorHandler(errorHandler('cadre'));
   app.setNotFoundHandler((request, reply) =>
     reply.status(404).send({ error: { code: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` } }),
   );

@@ -1,8 +1,7 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
-import type { Principal } from '../auth.ts';
+import { timingSafeEqual } from 'node:crypto';
+import { KeyTable, keyDigest, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 
-const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 /** As the original: surrounding blanks of a configured or presented key do not count; blank is unset. */
 const normalized = (value: string | string[] | undefined): string | undefined => {
   const v = (Array.isArray(value) ? value[0] : value)?.trim();
@@ -31,24 +30,24 @@ export interface RunsAuthConfig {
  * always takes the full digest comparison.
  */
 export class RunsAuthenticator {
-  private readonly entries: { digest: Buffer; principal: Principal }[] = [];
+  private readonly keys = new KeyTable();
   private readonly controlKey: Buffer | undefined;
   private readonly accepted = new Map<string, Principal>();
 
   constructor(opts: RunsAuthConfig) {
     const runsKey = normalized(opts.runsKey);
-    if (runsKey) this.entries.push({ digest: digest(runsKey), principal: { workspaces: 'all' } });
+    if (runsKey) this.keys.add(runsKey, { workspaces: 'all' });
     for (const [key, ws] of opts.workspaceKeys ?? []) {
       const k = normalized(key);
-      if (k) this.entries.push({ digest: digest(k), principal: { workspaces: ws } });
+      if (k) this.keys.add(k, { workspaces: ws });
     }
     const controlKey = normalized(opts.controlKey);
-    this.controlKey = controlKey ? digest(controlKey) : undefined;
+    this.controlKey = controlKey ? keyDigest(controlKey) : undefined;
   }
 
   /** The runs key's reach: every workspace (the shared key) or one. */
   check(header: string | string[] | undefined): Principal {
-    if (this.entries.length === 0) throw new ApiError('unavailable', 'Runs API key is not configured');
+    if (this.keys.size === 0) throw new ApiError('unavailable', 'Runs API key is not configured');
     const found = this.match(header);
     if (!found) throw new ApiError('unauthenticated', 'Invalid runs API key');
     return found;
@@ -76,16 +75,12 @@ export class RunsAuthenticator {
     const key = normalized(header) ?? '';
     const known = this.accepted.get(key);
     if (known) return known;
-    const presented = digest(key);
-    let found: Principal | undefined;
-    for (const entry of this.entries) {
-      if (timingSafeEqual(entry.digest, presented) && !found) found = entry.principal;
-    }
+    const found = this.keys.lookup(key);
     if (found) this.accepted.set(key, found);
     return found;
   }
 
   private matches(configured: Buffer, header: string | string[] | undefined): boolean {
-    return timingSafeEqual(configured, digest(normalized(header) ?? ''));
+    return timingSafeEqual(configured, keyDigest(normalized(header) ?? ''));
   }
 }

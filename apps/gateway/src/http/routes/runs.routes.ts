@@ -1,7 +1,7 @@
-import type { FastifyError, FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import { canAccess, type Principal } from '../../auth.ts';
-import { httpStatusOf, toApiError } from '../../errors.ts';
 import { ApiError } from '../../errors.ts';
+import { errorHandler, idempotencyKeyOf } from '../error-handler.ts';
 import type { RunService } from '../../runs/run-service.ts';
 import type { RunsAuthenticator } from '../../runs/runs-auth.ts';
 import { resumeCursor, type SseSessions } from '../sse.ts';
@@ -39,18 +39,6 @@ interface RunParams {
 
 const STOP_ALL = '/api/runs/stop-all';
 
-/** One validation problem as FastAPI reports it (`loc`, `msg`, `type`), so clients of the original read it. */
-function fastApiDetail(err: FastifyError): { loc: (string | number)[]; msg: string; type: string }[] {
-  return (err.validation ?? []).map((v) => {
-    const loc: (string | number)[] = [err.validationContext === 'querystring' ? 'query' : (err.validationContext ?? 'body')];
-    for (const part of v.instancePath.split('/').slice(1)) loc.push(/^\d+$/.test(part) ? Number(part) : part);
-    const params = v.params as { missingProperty?: string; additionalProperty?: string };
-    if (v.keyword === 'required') return { loc: [...loc, String(params.missingProperty)], msg: 'Field required', type: 'missing' };
-    if (v.keyword === 'additionalProperties') return { loc: [...loc, String(params.additionalProperty).slice(0, 64)], msg: 'Extra inputs are not permitted', type: 'extra_forbidden' };
-    return { loc, msg: v.message ?? 'is invalid', type: v.keyword };
-  });
-}
-
 /**
  * The WindieOS "Runs / VM Control" API, on the wire as the original: same paths, fields, header, answers and error
  * `detail`s (FastAPI's); Cadre's `error {code, message}` rides along. Invalid bodies and query strings are 422 as
@@ -70,27 +58,12 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
   const requireWorkspace = (principal: Principal, workspaceId: string): void => {
     if (!canAccess(principal, workspaceId)) throw new ApiError('permission_denied', `this runs key is not valid for workspace ${workspaceId}`);
   };
-  app.setErrorHandler((err: FastifyError, request, reply) => {
-    const api = toApiError(err);
-    if (api) return reply.status(httpStatusOf(api.code)).send({ detail: api.message, error: { code: api.code, message: api.message } });
-    if (err.validation) {
-      const detail = fastApiDetail(err);
-      const first = detail[0];
-      const message = first ? `${first.loc.join('.')}: ${first.msg}` : 'invalid request';
-      return reply.status(422).send({ detail, error: { code: 'invalid_argument', message } });
-    }
-    const status = err.statusCode ?? 500;
-    if (status < 500) return reply.status(status).send({ detail: err.message, error: { code: 'bad_request', message: err.message } });
-    request.log.error({ err, url: request.routeOptions.url }, 'runs request failed');
-    return reply.status(500).send({ detail: 'Internal Server Error', error: { code: 'internal', message: 'internal error' } });
-  });
+  app.setErrorHandler(errorHandler('fastapi'));
+
 
   const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined>; runsPrincipal: Principal }) => {
     requireWorkspace(request.runsPrincipal, request.body.workspace_id);
-    const key = request.headers['idempotency-key'];
-    const idem = Array.isArray(key) ? key[0] : key;
-    if (idem !== undefined && (idem.length === 0 || idem.length > 255)) throw new ApiError('invalid_argument', 'Idempotency-Key must be 1 to 255 characters');
-    const { run, events } = await deps.runs.create(request.body, idem);
+    const { run, events } = await deps.runs.create(request.body, idempotencyKeyOf(request.headers));
     return { run, events };
   };
   app.post<{ Body: CreateRunBody }>('/api/runs/', { schema: { body: createRunBody } }, create);

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import { ApiError } from '../../errors.ts';
 import type { Principal } from '../../auth.ts';
+import { idempotencyKeyOf } from '../error-handler.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
@@ -30,11 +30,7 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
   });
 
   app.post<{ Body: CreateTaskBody }>('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {
-    const idempotencyKey = headerValue(request.headers['idempotency-key']);
-    if (idempotencyKey !== undefined && (idempotencyKey.length === 0 || idempotencyKey.length > 255)) {
-      throw new ApiError('invalid_argument', 'Idempotency-Key must be 1 to 255 characters');
-    }
-    const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKey);
+    const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKeyOf(request.headers));
     return reply.status(created ? 201 : 200).send({ task });
   });
 
@@ -77,7 +73,3 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     },
   );
 };
-
-function headerValue(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
-}
