@@ -67,6 +67,15 @@ if (me.length) {
   rows.push(['stalled-watcher burst: peak RSS (MB)', '< 256', r(f((x) => (x.stalled as { rss_peak_mb: number }).rss_peak_mb)), `unbounded buffer +${r(f((x) => (x.burst as { unbounded_buffer_mb: number }).unbounded_buffer_mb))}`, '-', runsText(me)]);
   rows.push(['peak RSS over the whole memory bench (VmHWM, MB)', '< 256', r(f((x) => x.peak_rss_mb as number)), '-', '-', runsText(me)]);
 }
+const ap = runsOf('approvals');
+if (ap.length) {
+  const f = (k: (x: Record<string, unknown>) => number): number[] => ap.map((l) => k(l.figures));
+  const pending = [...new Set(f((x) => x.pending as number))].join(', ');
+  rows.push([`active jobs with ${pending} approvals pending, concurrency 4`, '0', r(f((x) => x.active_jobs_pending as number), 0), '-', '-', runsText(ap)]);
+  rows.push(['new task POST → worker_started while they wait (ms)', 'at once', r(f((x) => x.task_start_ms as number), 0), '-', '-', runsText(ap)]);
+  rows.push(['decision → tool run (ms), p50 | p99', 'report', `${r(f((x) => (x.decision_to_tool as { p50_ms: number }).p50_ms))} | ${r(f((x) => (x.decision_to_tool as { p99_ms: number }).p99_ms))}`, '-', '-', runsText(ap)]);
+  rows.push(['Redis bytes per pending approval: whole parked task | record + transcript', 'report', `${r(f((x) => x.redis_bytes_per_parked_task as number), 0)} | ${r(f((x) => x.redis_bytes_approval_keys as number), 0)}`, '-', '-', runsText(ap)]);
+}
 printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
   ['claim', 'goal', 'cadre', 'baseline', 'ratio', 'runs (1-min load)'] as Cell[], ...rows,
 ]);
