@@ -225,14 +225,24 @@ describe('the board', () => {
     expect((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status).toBe('closed');
   });
 
-  it('lists a pending approval and approves it; the parked worker resumes and the task completes', async () => {
+  it('shows a new approval live (the inbox stream, no polling) and approves it; the parked worker resumes and the task completes', async () => {
     const ws = newWorkspace();
-    const taskId = await createTaskNeedingApprovals(stack.url, ws);
+    const inboxRequests: string[] = [];
+    page.on('request', (req) => {
+      if (req.url().includes(`/api/approvals?workspace_id=${ws}`)) inboxRequests.push(req.url());
+    });
     await useWorkspace(ws);
     await page.getByRole('link', { name: 'Approvals' }).click();
+    await page.locator('[data-testid="inbox-state"]:text-is("live")').waitFor();
+    await page.getByText('No pending approvals.').waitFor();
+    const listedBefore = inboxRequests.length;
+    const taskId = await createTaskNeedingApprovals(stack.url, ws);
     const approve = page.getByRole('button', { name: 'Approve calculate for calc-1' });
     await approve.waitFor({ timeout: 20_000 });
     await browser.shot('07-approvals');
+    // The list was read again because the stream said so: one read per inbox event at most, not a 2 s timer.
+    expect(inboxRequests.length - listedBefore).toBeGreaterThanOrEqual(1);
+    expect(inboxRequests.length - listedBefore).toBeLessThanOrEqual(2);
     await approve.click();
     await page.getByText('Approved calculate for calc-1.').waitFor();
     const approvals = await api.get<{ approvals: { status: string; decided_by: string }[] }>(`/api/approvals?workspace_id=${ws}&task_id=${taskId}&status=approved`);

@@ -179,8 +179,12 @@ describe('cadre', () => {
     const again = await cadre(['approvals', 'deny', idOf('yes-1'), 'no-such-approval']);
     expect(again.code).toBe(1);
     expect(again.stdout).toBe('');
-    expect(again.stderr).toMatch(new RegExp(`^cadre: ${idOf('yes-1')}: .* \\(HTTP 409\\)$`, 'm'));
-    expect(again.stderr).toMatch(/^cadre: no-such-approval: .* \(HTTP 404\)$/m);
+    expect(again.stderr).toMatch(new RegExp(`^cadre: ${idOf('yes-1')}: .*already approved.* \\(conflict\\)$`, 'm'));
+    expect(again.stderr).toMatch(/^cadre: no-such-approval: .* \(not_found\)$/m);
+    // A scope the approval cannot take is the server's 400: a usage error that decides nothing.
+    const badScope = await cadre(['approvals', 'approve', idOf('yes-1'), '--scope', 'session']);
+    expect(badScope.code).toBe(2);
+    expect(badScope.stderr).toMatch(/scope "session" applies to a session's approvals/);
     const events = await pollUntilTerminal(stack.url, taskId);
     expect(events.at(-1)!.event_type).toBe('task_completed');
     const resolved = events.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => [e.worker_id, (e.payload as { approved: boolean }).approved]);
@@ -199,6 +203,7 @@ describe('cadre', () => {
     expect(both.code).toBe(2);
     expect((await cadre(['-w', ws, 'approvals', 'approve', 'some-id', '--task', one])).code).toBe(2);
 
+    expect((await cadre(['-w', ws, 'approvals', 'approve', '--all', '--tool', 'shell'])).stdout).toBe(`no pending approvals in ${ws} of tool shell\n`);
     const denied = await cadre(['-w', ws, '--json', 'approvals', 'deny', '--all', '--task', one, '--reason', 'not for r']);
     expect(denied.code, denied.stderr).toBe(0);
     const deniedBody = JSON.parse(denied.stdout) as { decided: { task_id: string; worker_id: string; status: string }[]; failed: unknown[] };

@@ -62,8 +62,8 @@ export class CadreClient {
 
   approvals = {
     list: (q: Record<string, string>): Promise<Json> => this.call('GET', `/api/approvals?${new URLSearchParams(q)}`, undefined, this.taskHeaders()),
-    decide: async (id: string, approved: boolean, reason: string | undefined): Promise<Json> =>
-      (await this.call('POST', `/api/approvals/${encodeURIComponent(id)}/decision`, { approved, ...(reason ? { reason } : {}) }, this.taskHeaders())).approval,
+    /** POST /api/approvals/decisions (`{ids}` or `{filter}` with the decision): one outcome per approval. */
+    decideMany: async (body: Json): Promise<Json[]> => (await this.call('POST', '/api/approvals/decisions', body, this.taskHeaders())).results,
   };
 
   // Older gateways wrap a run as {run}; newer ones answer the run itself, or {run, latest_event} for writes.

@@ -54,27 +54,23 @@ export const approvalsApi = {
   /** The pending ones (of the workspace's tasks, or of `{session_id}`); null when this gateway has no approvals API. */
   list: async (ws, filter = {}) => {
     try {
-      return await call('GET', `/api/approvals?${new URLSearchParams({ workspace_id: ws, status: 'pending', ...filter })}`, undefined, taskHeaders());
+      return await call('GET', `/api/approvals?${new URLSearchParams({ workspace_id: ws, status: 'pending', limit: '200', ...filter })}`, undefined, taskHeaders());
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) return null;
       throw err;
     }
   },
   /**
-   * Decides each approval: `{decided: [records], failed: [{approval_id, message}]}`. One that another operator
-   * decided first (409) or that is gone (404) is reported in `failed`; the others are still decided.
+   * One decision for several approvals in one call (POST /api/approvals/decisions):
+   * `{decided: [records], failed: [{approval_id, message}]}`. One that another operator decided first or that is
+   * gone is reported in `failed`; the others are still decided.
    */
   decideMany: async (approvalIds, approved, reason) => {
-    const outcomes = await Promise.all(approvalIds.map(async (id) => {
-      try {
-        const body = await call('POST', `/api/approvals/${encodeURIComponent(id)}/decision`, { approved, ...(reason ? { reason } : {}) }, taskHeaders());
-        return { decided: body.approval };
-      } catch (err) {
-        if (!(err instanceof ApiError) || err.status >= 500) throw err;
-        return { failed: { approval_id: id, message: err.message } };
-      }
-    }));
-    return { decided: outcomes.flatMap((o) => o.decided ?? []), failed: outcomes.flatMap((o) => o.failed ?? []) };
+    const { results } = await call('POST', '/api/approvals/decisions', { ids: approvalIds, approved, ...(reason ? { reason } : {}) }, taskHeaders());
+    return {
+      decided: results.filter((r) => r.outcome === 'decided').map((r) => r.approval),
+      failed: results.filter((r) => r.outcome !== 'decided').map((r) => ({ approval_id: r.approval_id, message: r.error ?? r.outcome })),
+    };
   },
 };
 

@@ -1,18 +1,28 @@
 import { Option, type Command } from 'commander';
-import { ApiError, type CadreClient, type Json } from '../client.ts';
+import type { CadreClient, Json } from '../client.ts';
 import { EXIT, dash, printJson, printTable, statusColour } from '../output.ts';
 import { clip, duration } from '@cadre/board';
+import { positiveInt } from './task.ts';
 
 interface Globals {
   json?: boolean;
   workspace: string;
 }
 
-const STATUSES = ['pending', 'approved', 'denied', 'expired', 'cancelled'];
+interface Owner {
+  task?: string;
+  session?: string;
+  tool?: string;
+}
 
-/** `cadre approvals list | approve | deny` (the tool approvals API). */
+const STATUSES = ['pending', 'approved', 'denied', 'expired', 'cancelled'];
+const SCOPES = ['once', 'task', 'session'];
+/** What one POST /api/approvals/decisions decides at most. */
+const BULK_MAX = 200;
+
+/** `cadre approvals list | approve | deny` (the tool approvals API; several at once through its bulk decisions). */
 export function approvalCommands(program: Command, client: () => CadreClient): void {
-  const approvals = program.command('approvals').description('tool approvals: the pending inbox, approve, deny');
+  const approvals = program.command('approvals').description('tool approvals: the pending inbox, approve, deny (one, several or all)');
 
   approvals
     .command('list')
@@ -20,9 +30,14 @@ export function approvalCommands(program: Command, client: () => CadreClient): v
     .addOption(new Option('-s, --status <status>', 'only approvals with this status').choices(STATUSES).default('pending'))
     .option('-t, --task <task_id>', 'only this task\'s approvals')
     .option('--session <session_id>', 'only this session\'s (of its current turn; the workspace inbox lists team tasks\' only)')
-    .action(async (opts: { status: string; task?: string; session?: string }, cmd: Command) => {
+    .option('--tool <name>', 'only approvals of this tool')
+    .option('-n, --limit <n>', 'page size (1..200)', (v) => positiveInt(v, '--limit'), 50)
+    .option('--cursor <cursor>', 'the next_cursor of a previous page')
+    .action(async (opts: Owner & { status: string; limit: number; cursor?: string }, cmd: Command) => {
       const g = cmd.optsWithGlobals<Globals>();
-      const page = await client().approvals.list({ workspace_id: g.workspace, status: opts.status, ...owner(opts) });
+      const page = await client().approvals.list({
+        workspace_id: g.workspace, status: opts.status, limit: String(opts.limit), ...filterOf(opts), ...(opts.cursor ? { cursor: opts.cursor } : {}),
+      });
       if (g.json) return printJson(page);
       const now = Date.now();
       printTable(['APPROVAL', 'STATUS', 'TASK', 'WORKER', 'TOOL', 'ARGUMENTS', 'EXPIRES IN', 'REASON'],
@@ -32,50 +47,68 @@ export function approvalCommands(program: Command, client: () => CadreClient): v
         ]),
         (cell, i) => (i === 1 ? statusColour(cell) : cell));
       if (page.approvals.length === 0) process.stdout.write(`no ${opts.status} approvals in ${g.workspace}\n`);
+      if (page.next_cursor) process.stdout.write(`more: --cursor ${page.next_cursor}\n`);
     });
 
   for (const verb of ['approve', 'deny'] as const) {
-    approvals
+    const command = approvals
       .command(`${verb} [approval_id...]`)
-      .description(`${verb} the named pending approvals, or with --all every pending one of the workspace (or of --task); exit 1 if any could not be decided (unknown, or already decided)`)
+      .description(`${verb} the named pending approvals, or with --all every pending one of the workspace (or of --task / --session / --tool); exit 1 if any could not be decided (unknown, or already decided)`)
       .option('-r, --reason <text>', verb === 'deny' ? 'why (the model is told it)' : 'why (kept on the record)')
-      .option('--all', `${verb} every pending approval of the workspace (with --task: of that task)`)
+      .option('--all', `${verb} every pending approval of the workspace, narrowed by --task, --session or --tool`)
       .option('-t, --task <task_id>', 'with --all: only this task\'s approvals')
       .option('--session <session_id>', 'with --all: this session\'s approvals instead')
-      .action(async (ids: string[], opts: { reason?: string; all?: boolean; task?: string; session?: string }, cmd: Command) => {
-        const g = cmd.optsWithGlobals<Globals>();
-        if (Boolean(opts.all) === ids.length > 0 || ((opts.task || opts.session) && !opts.all)) {
-          process.stderr.write(`cadre: name the approvals to ${verb}, or give --all (optionally with --task or --session), not both\n`);
-          return void (process.exitCode = EXIT.usage);
-        }
-        const c = client();
-        const targets = opts.all ? (await c.approvals.list({ workspace_id: g.workspace, status: 'pending', ...owner(opts) })).approvals.map((a: Json) => a.approval_id as string) : ids;
-        if (!targets.length && !g.json) process.stdout.write(`no pending approvals in ${g.workspace}${opts.task ? ` for task ${opts.task}` : opts.session ? ` for session ${opts.session}` : ''}\n`);
-        process.exitCode = await decide(c, targets, verb === 'approve', opts.reason, Boolean(g.json));
-      });
-  }
-}
-
-/** The list filter for --task / --session. */
-function owner(opts: { task?: string; session?: string }): Record<string, string> {
-  return { ...(opts.task ? { task_id: opts.task } : {}), ...(opts.session ? { session_id: opts.session } : {}) };
-}
-
-/** Decides each id in turn; one that cannot be decided is reported and the rest still are. */
-async function decide(c: CadreClient, ids: string[], approved: boolean, reason: string | undefined, json: boolean): Promise<number> {
-  const decided: Json[] = [];
-  const failed: { approval_id: string; status: number; message: string }[] = [];
-  for (const id of new Set(ids)) {
-    try {
-      const a = await c.approvals.decide(id, approved, reason);
-      decided.push(a);
-      if (!json) process.stdout.write(`${a.approval_id} ${statusColour(a.status)} ${a.tool_name} for ${a.worker_id || `session ${a.session_id}`}\n`);
-    } catch (err) {
-      if (!(err instanceof ApiError) || err.status >= 500) throw err;
-      failed.push({ approval_id: id, status: err.status, message: err.message });
-      if (!json) process.stderr.write(`cadre: ${id}: ${err.message} (HTTP ${err.status})\n`);
+      .option('--tool <name>', 'with --all: only approvals of this tool');
+    if (verb === 'approve') {
+      command.addOption(new Option('--scope <scope>', 'once: this call; task / session: the same tool and arguments no longer ask for the rest of the task / session').choices(SCOPES));
     }
+    command.action(async (ids: string[], opts: Owner & { reason?: string; all?: boolean; scope?: string }, cmd: Command) => {
+      const g = cmd.optsWithGlobals<Globals>();
+      if (Boolean(opts.all) === ids.length > 0 || (Object.keys(filterOf(opts)).length > 0 && !opts.all)) {
+        process.stderr.write(`cadre: name the approvals to ${verb}, or give --all (optionally with --task, --session or --tool), not both\n`);
+        return void (process.exitCode = EXIT.usage);
+      }
+      const decision = { approved: verb === 'approve', ...(opts.reason ? { reason: opts.reason } : {}), ...(opts.scope ? { scope: opts.scope } : {}) };
+      const results = opts.all ? await decideAll(client(), { workspace_id: g.workspace, ...filterOf(opts) }, decision) : await decideIds(client(), [...new Set(ids)], decision);
+      process.exitCode = report(results, Boolean(g.json), opts.all ? `no pending approvals in ${g.workspace}${describeFilter(opts)}` : null);
+    });
   }
+}
+
+/** The inbox filter for --task / --session / --tool. */
+function filterOf(opts: Owner): Record<string, string> {
+  return { ...(opts.task ? { task_id: opts.task } : {}), ...(opts.session ? { session_id: opts.session } : {}), ...(opts.tool ? { tool: opts.tool } : {}) };
+}
+
+function describeFilter(opts: Owner): string {
+  return [opts.task && ` for task ${opts.task}`, opts.session && ` for session ${opts.session}`, opts.tool && ` of tool ${opts.tool}`].filter(Boolean).join('');
+}
+
+async function decideIds(c: CadreClient, ids: string[], decision: Json): Promise<Json[]> {
+  const results: Json[] = [];
+  for (let i = 0; i < ids.length; i += BULK_MAX) results.push(...(await c.approvals.decideMany({ ids: ids.slice(i, i + BULK_MAX), ...decision })));
+  return results;
+}
+
+/** The server decides at most BULK_MAX of a filter's pending approvals per call: ask again while it was full. */
+async function decideAll(c: CadreClient, filter: Record<string, string>, decision: Json): Promise<Json[]> {
+  const results: Json[] = [];
+  for (;;) {
+    const batch: Json[] = await c.approvals.decideMany({ filter, ...decision });
+    results.push(...batch);
+    if (batch.length < BULK_MAX || !batch.some((r) => r.outcome === 'decided')) return results;
+  }
+}
+
+/** One line per decided approval on stdout, one per failure on stderr; exit 1 if any failed. */
+function report(results: Json[], json: boolean, noneMessage: string | null): number {
+  const decided = results.filter((r) => r.outcome === 'decided').map((r) => r.approval);
+  const failed = results.filter((r) => r.outcome !== 'decided').map((r) => ({ approval_id: r.approval_id, outcome: r.outcome, message: r.error ?? r.outcome }));
   if (json) printJson({ decided, failed });
+  else {
+    for (const a of decided) process.stdout.write(`${a.approval_id} ${statusColour(a.status)} ${a.tool_name} for ${a.worker_id || `session ${a.session_id}`}\n`);
+    for (const f of failed) process.stderr.write(`cadre: ${f.approval_id}: ${f.message} (${f.outcome})\n`);
+    if (results.length === 0 && noneMessage) process.stdout.write(`${noneMessage}\n`);
+  }
   return failed.length ? EXIT.error : EXIT.ok;
 }

@@ -1,19 +1,23 @@
 import { h, say, short } from '../dom.js';
-import { approvalsApi } from '../api.js';
+import { approvalsApi, taskHeaders } from '../api.js';
+import { followStream } from '../event-stream.js';
 import { workspace } from '../session.js';
 import { clip, duration } from '../team.js';
 
 const POLL_MS = 2000;
 
 /**
- * The approvals inbox: the workspace's pending approvals, refreshed every 2 s, with approve / deny each and in
- * bulk (tick several or all, then approve or deny them with one optional reason). A gateway without the approvals
- * API (GET /api/approvals answers 404) gets a notice instead.
+ * The approvals inbox: the workspace's pending approvals, live, with approve / deny each and in bulk (tick several
+ * or all, then approve or deny them with one optional reason). Live means the inbox's SSE stream
+ * (GET /api/approvals/stream): each request or decision there refreshes the list; where the stream is refused
+ * (an older gateway, or a cursor the inbox log no longer holds) the list is polled every 2 s instead. A gateway
+ * without the approvals API (GET /api/approvals answers 404) gets a notice instead.
  */
 export function approvalsView(root) {
   const ws = workspace();
   let closed = false;
   let timer;
+  let polling = false;
   let shown = null;
   let pending = [];
   const selected = new Set();
@@ -32,7 +36,8 @@ export function approvalsView(root) {
   } });
   const toolbar = h('div', { class: 'card bulk', role: 'group', 'aria-label': 'Decide selected approvals' },
     h('label', {}, 'Reason for the decisions', reason), approveSelected, denySelected);
-  root.append(h('h1', {}, `Approvals in ${ws}`), toolbar, box);
+  const live = h('span', { class: 'muted', 'data-testid': 'inbox-state' }, 'connecting…');
+  root.append(h('header', { class: 'task-head' }, h('h1', {}, `Approvals in ${ws}`), live), toolbar, box);
 
   /** Decides the given approvals (one or many), then says what happened and refreshes the inbox. */
   async function decide(ids, approved) {
@@ -111,14 +116,34 @@ export function approvalsView(root) {
     } catch (err) {
       say(`Could not load approvals: ${err.message}`);
     }
-    if (!closed) timer = setTimeout(() => void refresh(), POLL_MS);
+    if (!closed && polling) timer = setTimeout(() => void refresh(), POLL_MS);
   }
+  // A burst of inbox events (a replay, a bulk decision) becomes one refresh.
+  const refreshSoon = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => void refresh(), 100);
+  };
+  const stream = followStream({
+    url: `/api/approvals/stream?${new URLSearchParams({ workspace_id: ws })}`,
+    headers: taskHeaders,
+    afterSeq: 0,
+    isTerminal: () => false,
+    onEvent: refreshSoon,
+    onState(kind, text) {
+      if (kind === 'stopped') {
+        polling = true;
+        live.textContent = `refreshing every ${POLL_MS / 1000} s (${text})`;
+        refreshSoon();
+      } else live.textContent = kind === 'live' ? 'live' : text;
+    },
+  });
   drawToolbar();
   toolbar.hidden = true;
   void refresh();
   return {
     close() {
       closed = true;
+      stream.close();
       clearTimeout(timer);
     },
   };
