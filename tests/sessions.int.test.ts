@@ -126,4 +126,41 @@ describe('StreamSession over a real gRPC client', () => {
     s.send({ $case: 'cancelSession', value: {} });
     expect((await s.status).code).toBe(grpc.status.OK);
   });
+
+  it('binary context blocks are images the model sees (data URLs through openai); other types and oversized ones are refused', async () => {
+    // A 1×1 PNG.
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+    const s = new SessionStream(client);
+    start(s);
+    const started = await s.waitForCase('sessionStarted');
+    const sessionId = (started.response!.value as { sessionId: string }).sessionId;
+    const api = httpClient(stack.url);
+    const eventCount = async () => (await api.get<{ events: unknown[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events.length;
+    const before = await eventCount();
+
+    const refusals = s.of('error').length;
+    s.send({ $case: 'userMessage', value: { content: 'Read this', messageId: 'pdf', context: [{ block: { $case: 'binary', value: { mimeType: 'application/pdf', data: Buffer.from('%PDF-1.7') } } }] } });
+    s.send({ $case: 'userMessage', value: { content: 'Huge', messageId: 'big', context: [{ block: { $case: 'binary', value: { mimeType: 'image/png', data: Buffer.alloc(2 * 1024 * 1024 + 1) } } }] } });
+    await s.waitFor(() => s.of('error').length >= refusals + 2);
+    const errors = s.of('error').slice(refusals);
+    expect(errors.map((e) => e.code)).toEqual(['invalid_argument', 'invalid_argument']);
+    expect(errors[0]!.message).toMatch(/mime_type must be one of image\/png, image\/jpeg, image\/gif, image\/webp, got "application\/pdf"/);
+    expect(errors[1]!.message).toMatch(/at most 2097152 bytes, got 2097153/);
+    expect(await eventCount()).toBe(before);
+    const bad = await api.post(`/api/sessions/${sessionId}/messages`, { content: 'x', images: [{ mime_type: 'image/png', data: 'not base64!' }] });
+    expect(bad.status).toBe(400);
+    expect(await eventCount()).toBe(before);
+
+    s.send({ $case: 'userMessage', value: { content: 'What is in the picture?', messageId: 'img', context: [{ label: 'screen', block: { $case: 'binary', value: { mimeType: 'image/png', data: png } } }] } });
+    await s.waitForCase('turnComplete');
+    expect(s.of('textDelta').map((d) => d.content).join('')).toBe(`Scripted answer to "What is in the picture?" seeing 1 image(s): image/png ${png.length} bytes`);
+    const page = await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
+    expect(page.body.events.find((e) => e.event_type === 'user_message')!.payload).toMatchObject({ message_id: 'img', content: 'What is in the picture?', images: 1 });
+    const { body } = await api.get<{ messages: { role: string; content: unknown }[] }>(`/api/sessions/${sessionId}/messages`);
+    expect(body.messages[0]!.content).toEqual([
+      { type: 'text', text: 'What is in the picture?' },
+      { type: 'image_url', image_url: { url: `data:image/png;base64,${png.toString('base64')}` } },
+    ]);
+    s.end();
+  });
 });

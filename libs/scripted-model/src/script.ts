@@ -50,6 +50,8 @@ export function planReply(messages: readonly ChatMessage[], tools: readonly unkn
     const summaries = toolResults.map((m) => truncate(contentText(m.content), TOOL_RESULT_MAX));
     content += ` using ${toolResults.length} tool result(s): ${summaries.join('; ')}`;
   }
+  const images = lastUserImages(messages);
+  if (images.length > 0) content += ` seeing ${images.length} image(s): ${images.join('; ')}`;
   if (directives.words > 0) content += `. ${longText(directives.words)}`;
   return { finishReason: 'stop', content, toolCalls: [], usage: usage(promptTokens, tokens(content.length)), thinking: directives.think };
 }
@@ -73,6 +75,17 @@ function lastUserText(messages: readonly ChatMessage[]): string {
     if (message?.role === 'user') return contentText(message.content);
   }
   return '';
+}
+
+/** The last user message's `image_url` parts as `<media type> <bytes> bytes` (data URLs), or `<url>` otherwise. */
+function lastUserImages(messages: readonly ChatMessage[]): string[] {
+  const message = [...messages].reverse().find((m) => m.role === 'user');
+  if (!message || !Array.isArray(message.content)) return [];
+  return message.content.flatMap((part) => {
+    if (!isRecord(part) || part.type !== 'image_url' || !isRecord(part.image_url) || typeof part.image_url.url !== 'string') return [];
+    const data = /^data:([^;,]+);base64,([A-Za-z0-9+/=]*)$/.exec(part.image_url.url);
+    return [data ? `${data[1]} ${Buffer.from(data[2]!, 'base64').length} bytes` : truncate(part.image_url.url, TOOL_RESULT_MAX)];
+  });
 }
 
 function firstLine(text: string, max: number): string {

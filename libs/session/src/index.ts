@@ -7,5 +7,5 @@ export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JO
 export { approvalRules, approvalView, type SessionApprovalView } from './approvals.ts';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';
 export { SESSION_LIMITS } from './limits.ts';
-export { clientTools, type ToolInput } from './validate.ts';
+export { clientTools, IMAGE_TYPES, type ImageInput, type ToolInput } from './validate.ts';
 export { DeltaBuffer } from './delta-buffer.ts';

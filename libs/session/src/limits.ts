@@ -17,6 +17,9 @@ export const SESSION_LIMITS = {
   reason: 500,
   model: 200,
   maxContextTokens: 10_000_000,
+  /** Images in one user message, and the bytes of each (decoded): they stay in the transcript, in Redis. */
+  images: 4,
+  imageBytes: 2 * 1024 * 1024,
   /** Steering (or follow-up) messages waiting in one session. */
   queuedInputs: 100,
 } as const;

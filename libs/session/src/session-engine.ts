@@ -6,7 +6,7 @@ import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import type { TranscriptMessage } from './transcript.ts';
-import { checkText, clientTools, type ToolInput } from './validate.ts';
+import { checkText, clientTools, imageUrls, type ImageInput, type ToolInput } from './validate.ts';
 
 /** Which workspaces the caller may touch: the gateway's authenticated principal has this shape. */
 export type Scope = { workspaces: 'all' } | { workspaces: string };
@@ -39,6 +39,8 @@ export interface MessageInput {
   /** A full tool snapshot for this turn (roz UserMessage.tools); absent = the session's tools. */
   tools?: ToolInput[];
   system_context?: string;
+  /** Images the model sees with the text (roz binary context blocks, HTTP `images`), passed as data URLs. */
+  images?: ImageInput[];
 }
 
 /** What a steer or follow-up did at once: queued behind the running turn, or started a turn. */
@@ -127,9 +129,11 @@ export class SessionEngine {
     checkText(messageId, L.messageId, 'message_id');
     const tools = input.tools && input.tools.length > 0 ? clientTools(input.tools, '', 'tools') : undefined;
     checkText(input.system_context ?? '', L.systemContext, 'system_context');
+    const images = imageUrls(input.images ?? []);
     await this.access(scope, sessionId);
     await this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
       message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
+      ...(images.length > 0 && { image_urls: images }),
     })), (wake) => wake);
     return { message_id: messageId };
   }

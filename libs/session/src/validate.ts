@@ -61,3 +61,27 @@ export function checkText(value: string, max: number, what: string, required = f
   if (required && value.trim() === '') throw invalid(`${what} must not be empty`);
   if (value.length > max) throw invalid(`${what} is longer than ${max} characters`);
 }
+
+/** An image of a user message as edges hand it over: its media type and its bytes, base64-encoded. */
+export interface ImageInput {
+  mime_type: string;
+  data: string;
+}
+
+/** What the model API takes as images (OpenAI vision input). */
+export const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'] as const;
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** Checks a message's images and turns them into data URLs; throws invalid_argument naming the first bad one. */
+export function imageUrls(images: readonly ImageInput[]): string[] {
+  if (images.length > L.images) throw invalid(`images: at most ${L.images} per message, got ${images.length}`);
+  return images.map((image, i) => {
+    if (!(IMAGE_TYPES as readonly string[]).includes(image.mime_type)) {
+      throw invalid(`images[${i}].mime_type must be one of ${IMAGE_TYPES.join(', ')}, got "${String(image.mime_type).slice(0, 64)}"`);
+    }
+    if (typeof image.data !== 'string' || image.data === '' || !BASE64.test(image.data)) throw invalid(`images[${i}].data must be non-empty base64`);
+    const bytes = (image.data.length / 4) * 3 - (image.data.endsWith('==') ? 2 : image.data.endsWith('=') ? 1 : 0);
+    if (bytes > L.imageBytes) throw invalid(`images[${i}]: at most ${L.imageBytes} bytes, got ${bytes}`);
+    return `data:${image.mime_type};base64,${image.data}`;
+  });
+}

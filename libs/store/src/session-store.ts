@@ -111,9 +111,13 @@ export class SessionStore {
   }
 
   /** Starts a turn; returns the wake that names its job. Throws turn_in_progress, session_closed, session_not_found. */
-  async startTurn(sessionId: string, turn: { message_id: string; content: string; tools?: ClientTool[]; system_context?: string }): Promise<number> {
+  async startTurn(sessionId: string, turn: { message_id: string; content: string; tools?: ClientTool[]; system_context?: string; image_urls?: string[] }): Promise<number> {
+    // With images the user message is OpenAI content parts: the text, then each image as a data URL.
+    const content = turn.image_urls?.length
+      ? [{ type: 'text', text: turn.content }, ...turn.image_urls.map((url) => ({ type: 'image_url', image_url: { url } }))]
+      : turn.content;
     const wake = await this.scripts.startTurn(
-      ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content: turn.content }),
+      ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
       turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (wake < 0) throw sessionScriptError(wake, 'user message');

@@ -71,21 +71,25 @@ export class RpcMode {
   }
 
   private async execute(c: Json): Promise<{ data?: unknown } | { error: string } | undefined> {
-    const text = (): string => {
+    const text = (withImages = false): string => {
       if (typeof c.message !== 'string' || c.message === '') throw new Error(`${c.type}: "message" must be a non-empty string`);
-      if (c.images?.length) throw new Error(`${c.type}: images are not supported by Cadre sessions`);
+      if (c.images?.length && !withImages) throw new Error(`${c.type}: images are only taken by prompt (a steer or follow-up is text)`);
       return c.message;
     };
     switch (c.type) {
       case 'prompt': {
-        const message = text();
+        const message = text(true);
+        if (c.images !== undefined && (!Array.isArray(c.images) || (c.images as Json[]).some((i) => i?.type !== 'image' || typeof i.data !== 'string' || typeof i.mimeType !== 'string'))) {
+          return { error: 'images must be ImageContent objects {type:"image", data: base64, mimeType}' };
+        }
+        const images = ((c.images ?? []) as Json[]).map((i) => ({ mime_type: i.mimeType as string, data: i.data as string }));
         const behavior = c.streamingBehavior === 'followUp' ? 'follow_up' : c.streamingBehavior === 'steer' ? 'steer' : undefined;
         if (c.streamingBehavior !== undefined && !behavior) return { error: 'streamingBehavior must be "steer" or "followUp"' };
         const id = await this.session();
         this.respond(c, {});
         // Acknowledged at once; a refusal later comes as a second response with the same id.
         try {
-          await this.client.call('POST', `/api/sessions/${id}/messages`, { content: message, ...(behavior && { streaming_behavior: behavior }) }, this.client.taskHeaders());
+          await this.client.call('POST', `/api/sessions/${id}/messages`, { content: message, ...(images.length > 0 && { images }), ...(behavior && { streaming_behavior: behavior }) }, this.client.taskHeaders());
         } catch (err) {
           const busy = (err as { status?: number }).status === 409 && !behavior;
           this.respond(c, { error: busy ? 'Agent is already streaming: send prompt with streamingBehavior "steer" or "followUp"' : (err as Error).message });

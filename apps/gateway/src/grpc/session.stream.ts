@@ -91,12 +91,12 @@ class SessionCall {
           return this.send(sessionError('already_started', 'the session is already started on this stream'));
         case 'userMessage': {
           const m = r.value;
-          const context = m.context.map((block) => {
-            if (block.block?.$case === 'binary') throw new SessionEngineError('invalid_argument', 'binary context blocks are not supported; send text');
-            return block.block?.$case === 'text' ? `${block.label ? `${block.label}:\n` : ''}${block.block.value}` : '';
-          });
+          // Text blocks join the message; binary blocks are images the model sees (the engine checks type and size).
+          const context = m.context.map((block) => (block.block?.$case === 'text' ? `${block.label ? `${block.label}:\n` : ''}${block.block.value}` : ''));
+          const images = m.context.flatMap((block) => (block.block?.$case === 'binary' ? [{ mime_type: block.block.value.mimeType, data: Buffer.from(block.block.value.data).toString('base64') }] : []));
           await this.deps.sessions.sendMessage(scope, sid, {
             content: [m.content, ...context.filter(Boolean)].join('\n\n'),
+            ...(images.length > 0 && { images }),
             ...(m.messageId && { message_id: m.messageId }),
             ...(m.tools.length > 0 && { tools: toolInputs(m.tools) }),
             ...(m.systemContext && { system_context: m.systemContext }),

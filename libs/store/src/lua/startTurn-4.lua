@@ -2,7 +2,8 @@
   Starts a turn with a user message: the message joins the transcript, the session becomes `running` and
   `wake` names the job that runs the turn. Refused while another turn is in progress (roz: turn_in_progress).
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
-  ARGV[1] sessionId   ARGV[2] message_id   ARGV[3] user message JSON (transcript entry)
+  ARGV[1] sessionId   ARGV[2] message_id   ARGV[3] user message JSON (transcript entry; content is text, or
+  content parts: the text part, then image_url parts, which the user_message event counts as `images`)
   ARGV[4] turn tool snapshot JSON ('' = the session's tools)   ARGV[5] turn system context ('' = none)
   ARGV[6] max events   ARGV[7] channel
   Returns the new wake (> 0), or -1 no such session, -2 session closed, -8 a turn is in progress.
@@ -21,7 +22,14 @@ redis.call('HSET', metaKey, 'status', 'running', 'message_id', ARGV[2], 'lease',
   'turn_system_context', ARGV[5], 'turn_started_len', redis.call('LLEN', transcriptKey), 'updated_at', now)
 redis.call('RPUSH', transcriptKey, ARGV[3])
 redis.call('DEL', callsKey)
-appendEvent(ARGV[1], ARGV[6], ARGV[7], 'user_message',
-  cjson.encode({ message_id = ARGV[2], content = cjson.decode(ARGV[3]).content, turn = turn }))
+local content = cjson.decode(ARGV[3]).content
+local event = { message_id = ARGV[2], content = content, turn = turn }
+if type(content) == 'table' then
+  event.content, event.images = '', 0
+  for _, part in ipairs(content) do
+    if part.type == 'text' then event.content = part.text else event.images = event.images + 1 end
+  end
+end
+appendEvent(ARGV[1], ARGV[6], ARGV[7], 'user_message', cjson.encode(event))
 touchSession(tonumber(redis.call('HGET', metaKey, 'ttl')))
 return wake

@@ -49,7 +49,8 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
       const { message_id } = await sessions.sendMessage(request.principal, session_id, message);
       return await reply.status(202).send({ session_id, message_id });
     } catch (err) {
-      if (!streaming_behavior || !(err instanceof SessionEngineError) || err.code !== 'turn_in_progress') throw err;
+      // Steers and follow-ups are text: a message with images is not queued as one.
+      if (!streaming_behavior || message.images?.length || !(err instanceof SessionEngineError) || err.code !== 'turn_in_progress') throw err;
       const input = { content: message.content, ...(message.message_id && { input_id: message.message_id }) };
       const queued = await sessions.queueInput(request.principal, session_id, streaming_behavior, input);
       return reply.status(202).send({ session_id, message_id: queued.input_id, ...queued });

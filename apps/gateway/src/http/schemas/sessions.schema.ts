@@ -54,6 +54,15 @@ export const messageBody = {
     message_id: { type: 'string', minLength: 1, maxLength: 128 },
     tools,
     system_context: text(20_000),
+    /** Images the model sees with the text: base64 bytes (type and size are checked by the engine). */
+    images: {
+      type: 'array',
+      maxItems: 16,
+      items: {
+        type: 'object', additionalProperties: false, required: ['mime_type', 'data'],
+        properties: { mime_type: { type: 'string', maxLength: 100 }, data: { type: 'string', minLength: 1 } },
+      },
+    },
     /** While a turn runs: queue the message as a steer or a follow-up instead of refusing it (409). */
     streaming_behavior: { enum: ['steer', 'follow_up'] },
   },
@@ -106,6 +115,7 @@ export interface MessageBody {
   message_id?: string;
   tools?: ToolInput[];
   system_context?: string;
+  images?: { mime_type: string; data: string }[];
   streaming_behavior?: 'steer' | 'follow_up';
 }
 export type ToolResultBody = ToolResultInput;
