@@ -125,6 +125,46 @@ describe('EventFanout', () => {
     }
   });
 
+  it("serves a watcher's catch-up from the tail's kept page when it holds the next event; before the page, from the log", async () => {
+    const paged = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), pageSize: 4, safetyPollMs: 60_000 });
+    await paged.start();
+    try {
+      const taskId = await liveTask();
+      for (let turn = 1; turn <= 2; turn++) await phase(taskId, turn);
+      // The log as the watchers see it, counting their own reads of it (the tail's are counted by tailReads).
+      let logReads = 0;
+      const log = { ...store.taskLog(taskId), read: (after: number, limit: number) => (logReads++, store.taskLog(taskId).read(after, limit)) };
+      // The first watcher's catch-up (seq 1..4) comes with the tail's start: one read of head and page together.
+      const tailReadsBefore = paged.tailReads;
+      const first = await paged.watch(log, 0);
+      expect(paged.tailReads - tailReadsBefore).toBe(1);
+      // A watcher at the tail's head has nothing to catch up: no read either. It keeps the tail alive below.
+      const keeper = await paged.watch(log, 4);
+      expect(await collect(first, 4)).toEqual([1, 2, 3, 4]);
+      expect(logReads).toBe(0);
+
+      // Live events the tail pushed are kept too: a watcher joining at seq 2 starts from memory, in order.
+      const kept = nextSeqs(keeper, 3);
+      for (let turn = 3; turn <= 5; turn++) await phase(taskId, turn);
+      expect(await kept).toEqual([5, 6, 7]);
+      const joining = await paged.watch(log, 2);
+      expect(await collect(joining, 5)).toEqual([3, 4, 5, 6, 7]);
+      expect(logReads).toBe(0);
+
+      // The kept page is bounded (pageSize 4, trimmed at 8): after more appends, seq 1 is no longer in it, so a
+      // watcher from 0 reads the log, and still gets every event once, in order.
+      const more = nextSeqs(keeper, 6);
+      for (let turn = 6; turn <= 11; turn++) await phase(taskId, turn);
+      expect(await more).toEqual([8, 9, 10, 11, 12, 13]);
+      const fromStart = await paged.watch(log, 0);
+      expect(await collect(fromStart, 13)).toEqual(Array.from({ length: 13 }, (_, i) => i + 1));
+      expect(logReads).toBeGreaterThan(0);
+      await keeper.return();
+    } finally {
+      await paged.close();
+    }
+  });
+
   it('lets go of a watcher whose cursor is older than the retained log', async () => {
     const trimmed = new TaskStore({ redis, keys: new KeyBuilder('fanout-trim'), maxEventsPerTask: 100 });
     const team = { lead: { instructions: 'l' }, workers: [], max_workers: 1 };
@@ -171,6 +211,13 @@ describe('EventFanout', () => {
     }
   });
 });
+
+/** The next `count` events' seqs, leaving the watcher open (collect's break would end it). */
+async function nextSeqs(watcher: LogWatcher<TeamEvent>, count: number): Promise<number[]> {
+  const seqs: number[] = [];
+  while (seqs.length < count) seqs.push(((await watcher.next()).value as TeamEvent).seq);
+  return seqs;
+}
 
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));

@@ -1,4 +1,5 @@
 import type { RedisClient } from './connect.ts';
+import type { StreamEntry } from './event-codec.ts';
 import type { KeyBuilder } from './keys.ts';
 
 /** Any event with a seq: team events of a task, run events of a run. */
@@ -20,8 +21,27 @@ export interface WatchableLog<E extends LoggedEvent> {
   readLive?(afterSeq: number, limit: number): Promise<E[]>;
   /** The last seq appended. */
   head(): Promise<number>;
+  /**
+   * The last seq appended and the events after `afterSeq` (at most `limit`), in one round trip, without
+   * existence or retention checks: a new tail's start, which also gives its first watcher its catch-up.
+   */
+  headAndPage?(afterSeq: number, limit: number): Promise<{ head: number; events: E[] }>;
   /** The event after which readers are done. */
   isTerminal(event: E): boolean;
+}
+
+/**
+ * `headAndPage` for a log kept as a meta hash (field `seq`) and a stream with entry ids `<seq>-0`: both read in
+ * one MULTI (the two keys share the log's slot).
+ */
+export async function readHeadAndPage<E extends LoggedEvent>(
+  redis: RedisClient, metaKey: string, eventsKey: string, decode: (entry: StreamEntry) => E, afterSeq: number, limit: number,
+): Promise<{ head: number; events: E[] }> {
+  const replies = await redis.multi().hget(metaKey, 'seq').xrange(eventsKey, `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
+  const [[seqErr, seq], [rangeErr, entries]] = replies as [[Error | null, string | null], [Error | null, StreamEntry[]]];
+  if (seqErr) throw seqErr;
+  if (rangeErr) throw rangeErr;
+  return { head: Number(seq ?? 0), events: entries.map(decode) };
 }
 
 /**
@@ -32,8 +52,10 @@ export interface WatchableLog<E extends LoggedEvent> {
  * grows with what it watches, not with all traffic; on a Cluster each notification comes from the one node that
  * holds the log. A notification wakes the log's tail, which reads the new entries once (XRANGE from its cursor)
  * and pushes them to all of its watchers. So steady-state Redis reads grow with the number of watched logs, not
- * with watchers. A watcher that starts behind the tail, or falls behind it, catches up from the log itself: the
- * log is the truth, pushes only save reads.
+ * with watchers. A tail keeps the last page of events it read: a watcher whose cursor falls inside that page
+ * starts from it without a read (the first watcher of a log too, when the log can read its head and the page
+ * after the cursor together). A watcher that starts before that page, or falls behind the tail, catches up from
+ * the log itself: the log is the truth, pushes and the kept page only save reads.
  */
 export interface FanoutOptions {
   keys: KeyBuilder;
@@ -171,7 +193,7 @@ export class EventFanout {
     if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, 'gateway is shutting down');
     let tail = this.tails.get(log.id) as LogTail<E> | undefined;
     if (!tail) {
-      tail = new LogTail<E>(this, log, () => {
+      tail = new LogTail<E>(this, log, afterSeq, () => {
         this.tails.delete(log.id);
         this.leave(log.channel);
       });
@@ -187,7 +209,7 @@ export class EventFanout {
       throw err;
     }
     const owner = tail;
-    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLiveDelivery);
+    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLiveDelivery, tail.recentAfter(afterSeq));
     tail.watchers.add(watcher);
     return watcher;
   }
@@ -212,6 +234,9 @@ class LogTail<E extends LoggedEvent> {
     return this.cursor;
   }
   private cursor = 0;
+  /** The events this tail read last, contiguous: every event with seq in (recentFrom, recentFrom + recent.length]. */
+  private recent: E[] = [];
+  private recentFrom = 0;
   private isReady = false;
   private reading = false;
   private scheduled = false;
@@ -224,20 +249,23 @@ class LogTail<E extends LoggedEvent> {
   private readonly log: WatchableLog<E>;
   private readonly onEmpty: () => void;
 
-  constructor(fanout: EventFanout, log: WatchableLog<E>, onEmpty: () => void) {
+  /** `firstAfterSeq`: the cursor of the watcher the tail is made for (its catch-up is read with the head). */
+  constructor(fanout: EventFanout, log: WatchableLog<E>, firstAfterSeq: number, onEmpty: () => void) {
     this.fanout = fanout;
     this.log = log;
     this.onEmpty = onEmpty;
     this.ready = fanout.join(log.channel).then(async () => {
       fanout.countTailRead();
-      let head: number;
+      let start: { head: number; events: E[] };
       try {
-        head = await log.head();
+        start = log.headAndPage ? await log.headAndPage(firstAfterSeq, fanout.pageSize) : { head: await log.head(), events: [] };
       } catch (err) {
         fanout.leave(log.channel);
         throw err;
       }
-      this.cursor = head;
+      this.recentFrom = firstAfterSeq;
+      for (const event of start.events) this.remember(event);
+      this.cursor = start.head;
       this.isReady = true;
       this.schedulePoll();
       if (this.again) this.wake(Infinity);
@@ -269,6 +297,7 @@ class LogTail<E extends LoggedEvent> {
           page = (await (this.log.readLive ?? this.log.read).call(this.log, this.cursor, this.fanout.pageSize)) ?? [];
           for (const event of page) {
             this.cursor = event.seq;
+            this.remember(event);
             for (const w of this.watchers) w.push(event);
             if (this.log.isTerminal(event)) this.ended = true;
           }
@@ -287,6 +316,30 @@ class LogTail<E extends LoggedEvent> {
     } finally {
       this.reading = false;
     }
+  }
+
+  /** Keeps `event` in the recent page: it continues the page, or (after a gap) starts a new one. Bounded. */
+  private remember(event: E): void {
+    if (event.seq !== this.recentFrom + this.recent.length + 1) {
+      this.recent = [];
+      this.recentFrom = event.seq - 1;
+    }
+    this.recent.push(event);
+    const keep = this.fanout.pageSize;
+    if (this.recent.length >= 2 * keep) {
+      this.recent = this.recent.slice(-keep);
+      this.recentFrom = this.recent[0]!.seq - 1;
+    }
+  }
+
+  /**
+   * The kept events after `afterSeq` when the page holds the next one (so nothing is skipped), or none when
+   * `afterSeq` is the tail's cursor at the page's end (nothing to catch up); else undefined: read the log.
+   */
+  recentAfter(afterSeq: number): E[] | undefined {
+    const skip = afterSeq - this.recentFrom;
+    const atEnd = skip === this.recent.length && afterSeq === this.cursor;
+    return skip >= 0 && (skip < this.recent.length || atEnd) ? this.recent.slice(skip) : undefined;
   }
 
   private schedulePoll(): void {
@@ -334,8 +387,13 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
 
   private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
 
-  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLiveDelivery?: (event: LoggedEvent) => void) {
+  /** `start`: the events after `afterSeq` the tail already holds (from the next one on): no first read then. */
+  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLiveDelivery?: (event: LoggedEvent) => void, start?: E[]) {
     this.onLiveDelivery = onLiveDelivery;
+    if (start) {
+      this.page = start;
+      this.firstRead = false;
+    }
     this.log = log;
     this.lastSeq = afterSeq;
     this.knownHead = head;

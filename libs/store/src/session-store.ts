@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
 import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionEventPayloads, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
-import type { WatchableLog } from './event-fanout.ts';
+import { readHeadAndPage, type WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
 import { StoreError, checkCursor, sessionScriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
@@ -378,6 +378,7 @@ export class SessionStore {
       read: async (afterSeq, limit) => (await this.readEvents(sessionId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeSessionEntry),
       head: async () => Number((await this.redis.hget(this.keys.session(sessionId).meta, 'seq')) ?? 0),
+      headAndPage: (afterSeq, limit) => readHeadAndPage(this.redis, this.keys.session(sessionId).meta, events, decodeSessionEntry, afterSeq, limit),
       isTerminal: (event) => isTerminalSessionEvent(event.event_type),
     };
   }

@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
 import { TERMINAL_TASK_STATUSES, isTerminalTeamEvent, type TeamEvent, type TeamEventInput, type TaskStatus, type TokenUsage } from '@cadre/protocol';
-import type { WatchableLog } from './event-fanout.ts';
+import { readHeadAndPage, type WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { checkCursor, scriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
@@ -286,6 +286,7 @@ export class TaskStore {
       read: async (afterSeq, limit) => (await this.readEvents(taskId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(this.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeEntry),
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
+      headAndPage: (afterSeq, limit) => readHeadAndPage(this.redis, this.keys.task(taskId).meta, this.keys.task(taskId).events, decodeEntry, afterSeq, limit),
       isTerminal: (event) => isTerminalTeamEvent(event.event_type),
     };
   }
