@@ -194,9 +194,9 @@ describe('EventFanout', () => {
       await redis.set(events, 'not a stream');
       const reads = logged.tailReads;
       await until(() => logged.tailReads >= reads + 5 && lines.length > 0);
-      // Mend it and append: a later read succeeds.
-      await redis.del(events);
-      await redis.rename(`${events}:aside`, events);
+      // Mend it in one step (a poll between a DEL and a RENAME would read a missing stream and succeed early,
+      // at the old cursor) and append: a later read succeeds.
+      await redis.multi().del(events).rename(`${events}:aside`, events).exec();
       await phase(taskId, 1);
       await until(() => lines.some((l) => l.level === 'info'));
       expect(lines).toEqual([
