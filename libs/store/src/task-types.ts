@@ -6,8 +6,11 @@ export interface WorkerSpec {
   instructions: string;
   model?: string;
   tools: string[];
-  /** This worker's own rules, checked before the task's (first match wins); see approval-policy.ts. */
-  approval_policy?: ApprovalPolicy;
+  /**
+   * This worker's own rules (checked before the task's; see approval-policy.ts) as JSON text: the roster entry is
+   * re-encoded by Lua's cjson, which would turn an empty list in a rule (`equals: []`) into `{}`.
+   */
+  approval_rules?: string;
 }
 
 export interface TeamSpec {

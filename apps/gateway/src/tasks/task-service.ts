@@ -164,7 +164,7 @@ function normaliseTeam(body: CreateTaskRequest, defaultMaxWorkers: number): Team
     instructions: w.instructions ?? DEFAULT_WORKER_INSTRUCTIONS,
     model: w.model,
     tools: w.tools ?? [],
-    ...(w.approval_policy && { approval_policy: w.approval_policy }),
+    ...(w.approval_policy && { approval_rules: JSON.stringify(w.approval_policy.rules) }),
   }));
   checkPolicy(body.team?.approval_policy, 'team.approval_policy');
   (body.team?.workers ?? []).forEach((w, i) => checkPolicy(w.approval_policy, `team.workers[${i}].approval_policy`));

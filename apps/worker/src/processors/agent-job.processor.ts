@@ -121,7 +121,7 @@ export class AgentJobProcessor {
     // Two reads in different slots (the workspace's policy, the task's parked state): one round trip.
     const [policy, parked] = await Promise.all([approvals.getPolicy(task.workspace_id), approvals.parked(task.task_id, worker.worker_id)]);
     // The worker's own rules first, then the task's, then the workspace's, then the defaults (evaluatePolicy).
-    const rules: ApprovalRule[] = [...rulesOf(worker.approval_policy), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)];
+    const rules: ApprovalRule[] = [...(JSON.parse(worker.approval_rules ?? '[]') as ApprovalRule[]), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)];
     let resume: ResumeState | undefined;
     if (parked) {
       const state = parked.resume as ResumeState;
