@@ -211,6 +211,8 @@ describe('the board', () => {
   it('starts a session, sends a message, shows the streamed answer and closes the session', async () => {
     await useWorkspace('board');
     await page.getByRole('link', { name: 'Sessions' }).click();
+    await page.getByRole('button', { name: 'Start a session in board' }).waitFor();
+    await browser.shot('08-sessions');
     await page.getByRole('button', { name: 'Start a session in board' }).click();
     await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
     const sessionId = page.url().split('/').at(-1)!;
@@ -219,7 +221,7 @@ describe('the board', () => {
     await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 15_000 });
     const answer = await page.locator('.conversation li.agent').textContent();
     expect(answer).toMatch(/^agent Scripted answer to "Say hello to the operator/);
-    await browser.shot('08-session');
+    await browser.shot('08-session-conversation');
     await page.getByRole('button', { name: 'Close session' }).click();
     await page.locator('[data-testid="session-status"]:text-is("closed")').waitFor();
     expect((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status).toBe('closed');

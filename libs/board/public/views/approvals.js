@@ -37,7 +37,8 @@ export function approvalsView(root) {
   const toolbar = h('div', { class: 'card bulk', role: 'group', 'aria-label': 'Decide selected approvals' },
     h('label', {}, 'Reason for the decisions', reason), approveSelected, denySelected);
   const live = h('span', { class: 'muted', 'data-testid': 'inbox-state' }, 'connecting…');
-  root.append(h('header', { class: 'task-head' }, h('h1', {}, `Approvals in ${ws}`), live), toolbar, box);
+  const more = h('p', { class: 'muted', hidden: true }, 'Showing the oldest 200 pending approvals; the rest appear as these are decided.');
+  root.append(h('header', { class: 'task-head' }, h('h1', {}, `Approvals in ${ws}`), live), toolbar, box, more);
 
   /** Decides the given approvals (one or many), then says what happened and refreshes the inbox. */
   async function decide(ids, approved) {
@@ -106,6 +107,7 @@ export function approvalsView(root) {
         return;
       }
       pending = page.approvals ?? [];
+      more.hidden = !page.next_cursor;
       const ids = new Set(pending.map((a) => a.approval_id));
       for (const id of selected) if (!ids.has(id)) selected.delete(id);
       // Redraw only when the inbox changed, so a tick or focus is not lost every refresh.
