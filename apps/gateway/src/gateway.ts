@@ -12,6 +12,7 @@ import { SseSessions } from './http/sse.ts';
 import { listenOnePort, type OnePortListener } from './net/one-port.ts';
 import { TaskService } from './tasks/task-service.ts';
 import { RunService } from './runs/run-service.ts';
+import { RunApprovals } from './runs/run-approvals.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
@@ -70,8 +71,9 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     defaultModel: config.model,
     models: config.extraModels.split(',').map((m) => m.trim()).filter(Boolean),
   });
+  const runApprovals = new RunApprovals({ runs: runStore, approvals: approvalStore });
   const approvals = new ApprovalService({
-    approvals: approvalStore, store, queue, sessions, fanout,
+    approvals: approvalStore, store, queue, sessions, fanout, runs: runStore, runApprovals,
   });
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const enqueueSweeper = new EnqueueSweeper({ store, queue, sessions, graceMs: config.enqueueGraceMs, logger });
@@ -110,6 +112,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     tasks,
     approvals,
     runs,
+    runApprovals,
     runsAuth,
     sessions,
     sse,

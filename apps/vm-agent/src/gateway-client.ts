@@ -59,6 +59,25 @@ export class GatewayError extends Error {
 export const isFenced = (err: unknown): boolean => err instanceof GatewayError && err.code === 'fenced';
 export const isUnavailable = (err: unknown): boolean => err instanceof GatewayError && err.code === 'unavailable';
 
+/** A tool call as the vm-agent proposes it before running it. */
+export interface ProposedCall {
+  call_id: string;
+  tool_name: string;
+  arguments: string;
+}
+
+export type CallVerdict =
+  | { call_id: string; action: 'allow' }
+  | { call_id: string; action: 'deny'; reason: string }
+  | { call_id: string; action: 'ask'; approval_id: string; reason: string; timeout_secs: number; expires_at: number };
+
+export interface RunApproval {
+  approval_id: string;
+  status: 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled';
+  decision_reason?: string;
+  expires_at: number;
+}
+
 export interface GatewayClientOptions {
   baseUrl: string;
   runsKey: string;
@@ -94,9 +113,22 @@ export class GatewayClient {
     await this.post('relay', `/api/runs/${encodeURIComponent(runId)}/events`, { events, worker_id: workerId, lease_id: leaseId, batch_id: batchId }, undefined, runId);
   }
 
+  /** Asks about a turn's tool calls before they run (Cadre's approvals for VM runs); a verdict per call, in order. */
+  async proposeCalls(runId: string, workerId: string, leaseId: string, calls: ProposedCall[]): Promise<CallVerdict[]> {
+    const out = await this.post<{ verdicts: CallVerdict[] }>('propose', `/api/runs/${encodeURIComponent(runId)}/approvals`, { worker_id: workerId, lease_id: leaseId, calls }, undefined, runId);
+    return out.verdicts;
+  }
+
+  /** One of the run's approvals as it stands (pending, approved, denied, expired, cancelled). */
+  async approval(runId: string, approvalId: string, signal?: AbortSignal): Promise<RunApproval> {
+    const out = await this.post<{ approval: RunApproval }>('approval', `/api/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, undefined, signal, runId);
+    return out.approval;
+  }
+
   /** Each call is a CLIENT span (`heartbeat`, `dispatch`, `relay`) whose context travels as `traceparent`. */
   private post<T>(operation: string, path: string, body: unknown, signal?: AbortSignal, runId?: string): Promise<T> {
-    return inSpan(operation, { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', ...(runId && { run_id: runId }) } }, async () => {
+    const method = body === undefined ? 'GET' : 'POST';
+    return inSpan(operation, { kind: SpanKind.CLIENT, attributes: { 'http.request.method': method, ...(runId && { run_id: runId }) } }, async () => {
       const t0 = performance.now();
       try {
         const out = await this.send<T>(path, body, signal);
@@ -110,25 +142,26 @@ export class GatewayClient {
   }
 
   private async send<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+    const method = body === undefined ? 'GET' : 'POST';
     const timeout = AbortSignal.timeout(this.timeoutMs);
     let res: Response;
     let text: string;
     try {
       res = await fetch(`${this.baseUrl}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-windie-runs-key': this.runsKey, ...traceHeaders() },
-        body: JSON.stringify(body),
+        method,
+        headers: { ...(body !== undefined && { 'content-type': 'application/json' }), 'x-windie-runs-key': this.runsKey, ...traceHeaders() },
+        ...(body !== undefined && { body: JSON.stringify(body) }),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
       text = await res.text();
     } catch (err) {
       if (signal?.aborted) throw err;
       const cause = (err as { cause?: { code?: string } }).cause?.code;
-      throw new GatewayError('unavailable', null, `POST ${path}: ${timeout.aborted ? `no answer within ${this.timeoutMs} ms` : (cause ?? (err as Error).message)}`);
+      throw new GatewayError('unavailable', null, `${method} ${path}: ${timeout.aborted ? `no answer within ${this.timeoutMs} ms` : (cause ?? (err as Error).message)}`);
     }
     if (res.ok) return (text ? JSON.parse(text) : {}) as T;
     const detail = detailOf(text);
-    const message = `POST ${path}: HTTP ${res.status}${detail ? ` ${detail}` : ''}`;
+    const message = `${method} ${path}: HTTP ${res.status}${detail ? ` ${detail}` : ''}`;
     if (res.status === 409 || res.status === 404) throw new GatewayError('fenced', res.status, message);
     if (res.status >= 500 || res.status === 429 || res.status === 408) throw new GatewayError('unavailable', res.status, message);
     throw new GatewayError('rejected', res.status, message);

@@ -3,6 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type OpenAI from 'openai';
+import type { ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { runAgent, type AgentObserver, type AgentOutcome, type AgentTool } from '@cadre/agent';
 import { inSpan, type Logger } from '@cadre/observability';
 import { isUuid } from '@cadre/protocol';
@@ -27,6 +28,9 @@ export interface RunExecutorDeps {
   /** A run left this agent: `completed`/`failed` (its final event relayed) or `left` (stopped, fenced, handed back). */
   onRunEnded?(outcome: 'completed' | 'failed' | 'left'): void;
 }
+
+/** How often a call waiting for its approval asks whether it was decided. */
+const APPROVAL_POLL_MS = 250;
 
 const INSTRUCTIONS =
   "You run on a VM. Do the user's task with your tools: shell runs a command in your working directory, " +
@@ -245,6 +249,7 @@ class ActiveRun {
         },
         input: this.assigned.query,
         signal: this.controller.signal,
+        gate: (calls) => this.approvals(calls),
         ...(this.deps.observer && { observer: this.deps.observer }),
         hooks: {
           onTurn: (turn) => this.onTurn(turn),
@@ -257,6 +262,43 @@ class ActiveRun {
       return { ok: false, reason: 'agent_error', message: err instanceof Error ? err.message : String(err) };
     } finally {
       this.budget.dispose();
+    }
+  }
+
+  /**
+   * Asks the gateway about a turn's tool calls before they run (the workspace's approval policy). For each
+   * `ask` the call waits here, polling its approval until someone decides it or its deadline passes (the gateway
+   * expires it then); the wait holds nothing on the gateway and does not count against the run's time budget.
+   * Returns per call null (run it) or why not (the model sees `error: tool call denied: <why>`).
+   */
+  private async approvals(calls: ChatCompletionMessageFunctionToolCall[]): Promise<(string | null)[]> {
+    const { client, config } = this.deps;
+    // The calls' tool-call events reach the log before their approval-requested events.
+    await this.relay.drain();
+    const proposed = calls.map((c) => ({ call_id: c.id, tool_name: c.function.name, arguments: c.function.arguments }));
+    const verdicts = await client.proposeCalls(this.runId, config.workerId, this.leaseId, proposed);
+    const asks = verdicts.filter((v) => v.action === 'ask');
+    if (asks.length > 0) {
+      this.log.info({ approvals: asks.map((a) => a.approval_id) }, 'waiting for approvals');
+      this.budget?.pause();
+    }
+    try {
+      return await Promise.all(verdicts.map(async (v) => {
+        if (v.action === 'allow') return null;
+        if (v.action === 'deny') return v.reason;
+        for (;;) {
+          this.controller.signal.throwIfAborted();
+          const a = await client.approval(this.runId, v.approval_id, this.controller.signal).catch((err: unknown) => {
+            if (isUnavailable(err)) return null;
+            throw err;
+          });
+          if (a && a.status !== 'pending') return a.status === 'approved' ? null : a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
+          // Poll faster near the deadline, so an expiry is seen soon after it.
+          await sleep(Math.max(50, Math.min(APPROVAL_POLL_MS, v.expires_at - Date.now() + 10)), undefined, { signal: this.controller.signal });
+        }
+      }));
+    } finally {
+      if (asks.length > 0) this.budget?.resume();
     }
   }
 

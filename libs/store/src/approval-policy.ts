@@ -41,13 +41,14 @@ export const DEFAULT_APPROVAL_RULES: readonly ApprovalRule[] = Object.freeze([
 export type PolicyVerdict = { action: 'allow' } | { action: 'deny'; reason: string } | { action: 'ask'; reason: string; timeout_secs: number };
 
 /**
- * The verdict of the first rule matching the call, the defaults (DEFAULT_APPROVAL_RULES) after `rules`.
+ * The verdict of the first rule matching the call, the defaults (DEFAULT_APPROVAL_RULES) after `rules` unless
+ * `defaults: false` (VM runs: their shell and files are the VM's, a sandbox provisioned for the run).
  * `args` is the call's arguments as the model sent them (JSON text); arguments that are not a JSON object match
  * no rule with a `when` (the tool refuses them anyway).
  */
-export function evaluatePolicy(rules: readonly ApprovalRule[], tool: string, args?: string): PolicyVerdict {
+export function evaluatePolicy(rules: readonly ApprovalRule[], tool: string, args?: string, opts: { defaults?: boolean } = {}): PolicyVerdict {
   const parsed = args === undefined ? undefined : parseArgs(args);
-  const rule = [...rules, ...DEFAULT_APPROVAL_RULES].find((r) => globMatches(r.tool, tool) && whenMatches(r.when, parsed));
+  const rule = [...rules, ...(opts.defaults === false ? [] : DEFAULT_APPROVAL_RULES)].find((r) => globMatches(r.tool, tool) && whenMatches(r.when, parsed));
   if (!rule || rule.action === 'allow') return { action: 'allow' };
   if (rule.action === 'deny') return { action: 'deny', reason: rule.reason ?? `the policy denies ${tool}` };
   return { action: 'ask', reason: rule.reason ?? `the policy asks before ${tool}`, timeout_secs: rule.timeout_secs ?? DEFAULT_APPROVAL_TIMEOUT_SECS };

@@ -37,6 +37,8 @@ export interface ApprovalRecord {
   scope?: ApprovalScope;
   /** The call's place among its turn's calls (the model's order), from 0. */
   order?: number;
+  /** A VM run's approval: the run (task_id is '' and worker_id the VM worker that asked). */
+  run_id?: string;
 }
 
 /** One entry of a workspace's approvals inbox log: a record as it was at one of its transitions. */
@@ -56,6 +58,7 @@ export interface ApprovalPosition {
   created_at: number;
   task_id: string;
   session_id?: string;
+  run_id?: string;
   order?: number;
   approval_id: string;
 }
@@ -69,7 +72,7 @@ export function compareApprovals(x: ApprovalPosition, y: ApprovalPosition): numb
   return x.created_at - y.created_at || text(ownerOf(x), ownerOf(y)) || (x.order ?? 0) - (y.order ?? 0) || text(x.approval_id, y.approval_id);
 }
 
-const ownerOf = (a: ApprovalPosition): string => a.session_id || a.task_id;
+const ownerOf = (a: ApprovalPosition): string => a.session_id || a.run_id || a.task_id;
 
 /** The opaque cursor of the inbox: the position of the last record a page held. */
 export function encodeApprovalCursor(last: ApprovalPosition): string {
@@ -91,6 +94,16 @@ export interface ParkedState {
 /** An approval id names its task, so a decision finds the task's slot without an index: `<taskId>.<random>`. */
 export function newApprovalId(taskId: string): string {
   return `${taskId}.${randomBytes(6).toString('hex')}`;
+}
+
+/** A VM run's approval id names its run: `r.<runId>.<random>`. */
+export function newRunApprovalId(runId: string): string {
+  return `r.${runId}.${randomBytes(6).toString('hex')}`;
+}
+
+export function runOfApproval(approvalId: string): string | null {
+  const m = /^r\.([0-9a-f-]{36})\.[0-9a-f]{12}$/.exec(approvalId);
+  return m ? m[1]! : null;
 }
 
 export function taskOfApproval(approvalId: string): string | null {

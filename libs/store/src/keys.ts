@@ -20,6 +20,7 @@ import { createHash } from 'node:crypto';
  *
  * Runs live under their workspace's tag `{w:<ws>}` (see lua/includes/run-log.lua for the keys derived there):
  *   <prefix>:{w:<ws>}:workers|queue|active|expiry|runs|leases|cmds:<worker>|run:<id>:meta|run:<id>:events
+ *   <prefix>:{w:<ws>}:run:<id>:approvals  hash: approval_id → a VM run's approval record (lua/askRunApprovals-1.lua)
  *   <prefix>:{w:<ws>}:tasks    set: the workspace's unfinished team tasks (for stop-all)
  *   <prefix>:{w:<ws>}:tasklist zset (scores 0): `<9999999999999 - created ms>:<taskId>`, newest first by member
  *   <prefix>:{w:<ws>}:approval-policy  string: the workspace's approval rules (JSON)
@@ -122,6 +123,11 @@ export class KeyBuilder {
   /** The workspace's `/ws` conversation refs, each with the key that owns it (lua/bindConversation-1.lua). */
   conversations(workspaceId: string): string {
     return `${this.workspace(workspaceId)}:conv`;
+  }
+
+  /** A run's tool-call approvals (hash approval_id → record), as run-log.lua derives it. */
+  runApprovals(workspaceId: string, runId: string): string {
+    return `${this.workspace(workspaceId)}:run:${runId}:approvals`;
   }
 
   /** A workspace's run listing (zset by creation) and active runs (set), as run-log.lua derives them. */

@@ -6,6 +6,7 @@ import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
+import { compareApprovals, runOfApproval, type ApprovalRecord } from './approval-store.ts';
 import {
   TERMINAL_RUN_STATUSES,
   type AssignedRun,
@@ -297,6 +298,40 @@ export class RunStore {
     const counts: Record<string, number> = {};
     for (const status of perWorkspace.flat()) if (status) counts[status] = (counts[status] ?? 0) + 1;
     return counts;
+  }
+
+  /**
+   * The holder's tool calls that need a decision become the run's pending approvals (records built by the
+   * caller, in the model's order). Throws run_not_found / run_finished / worker_mismatch.
+   */
+  async askApprovals(runId: string, workerId: string, leaseId: string, records: readonly ApprovalRecord[]): Promise<void> {
+    const ws = await this.requireWorkspace(runId);
+    const seq = await this.scripts.askRunApprovals(...this.route(ws), runId, workerId, leaseId, JSON.stringify(records), this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
+    if (seq < 0) throw runScriptError(seq, 'ask for approval');
+  }
+
+  /** The workspace's active runs (not stopped, completed or failed): where pending approvals can be. */
+  async activeRunIds(workspaceId: string): Promise<string[]> {
+    return this.redis.smembers(this.keys.workspaceRuns(workspaceId).active);
+  }
+
+  /** The run's approvals, in the inbox's order; [] for an unknown run. */
+  async approvals(runId: string): Promise<ApprovalRecord[]> {
+    const ws = await this.workspaceOf(runId);
+    if (!ws) return [];
+    const raws = await this.redis.hvals(this.keys.runApprovals(ws, runId));
+    return raws.map((r) => JSON.parse(r) as ApprovalRecord).sort(compareApprovals);
+  }
+
+  /** Decides a run's pending approval once; throws approval_not_found / approval_decided. */
+  async decideApproval(approvalId: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string, modifier?: string): Promise<ApprovalRecord> {
+    const runId = runOfApproval(approvalId);
+    const ws = runId ? await this.workspaceOf(runId) : null;
+    if (!runId || !ws) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
+    const [code, raw] = await this.scripts.decideRunApproval(...this.route(ws), runId, approvalId, status, reason, decidedBy, Date.now(), this.maxEvents, this.keys.runsAppended(ws), modifier ?? '');
+    if (code === -1) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
+    if (code === -2) throw new StoreError('approval_decided', `approval ${approvalId} is already ${(JSON.parse(raw!) as ApprovalRecord).status}`);
+    return JSON.parse(raw!) as ApprovalRecord;
   }
 
   private async requireWorkspace(runId: string): Promise<string> {

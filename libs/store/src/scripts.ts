@@ -81,6 +81,8 @@ export interface StoreScripts {
   decideApproval(...args: ScriptArg[]): Promise<[number, string?, number?]>;
   setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
   appendInbox(...args: ScriptArg[]): Promise<number>;
+  askRunApprovals(...args: ScriptArg[]): Promise<number>;
+  decideRunApproval(...args: ScriptArg[]): Promise<[number, string?]>;
 }
 
 export function scriptsOf(redis: RedisClient): StoreScripts {

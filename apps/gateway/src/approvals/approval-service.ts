@@ -3,12 +3,13 @@ import { builtinTools } from '@cadre/agent';
 import { APPROVAL_STATUSES, type ApprovalScope, type ApprovalStatus } from '@cadre/protocol';
 import { SessionEngineError, type SessionApprovalView, type SessionEngine } from '@cadre/session';
 import {
-  StoreError, sessionOfApproval, compareApprovals, decodeApprovalCursor, encodeApprovalCursor,
-  type ApprovalInboxEvent, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type EventFanout, type LogWatcher, type TaskStore, type TeamQueue,
+  StoreError, runOfApproval, sessionOfApproval, compareApprovals, decodeApprovalCursor, encodeApprovalCursor,
+  type ApprovalInboxEvent, type ApprovalPolicy, type ApprovalRecord, type ApprovalStore, type EventFanout, type LogWatcher, type RunStore, type TaskStore, type TeamQueue,
 } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import { checkPolicy } from '../tasks/task-service.ts';
+import type { RunApprovals } from '../runs/run-approvals.ts';
 
 export interface ApprovalServiceDeps {
   approvals: ApprovalStore;
@@ -17,6 +18,9 @@ export interface ApprovalServiceDeps {
   fanout: EventFanout;
   /** A session's approvals (ids `s.<sessionId>.…`) live with the session and are decided through its engine. */
   sessions: SessionEngine;
+  /** A VM run's approvals (ids `r.<runId>.…`) live with the run, in its workspace's slot. */
+  runs: RunStore;
+  runApprovals: RunApprovals;
 }
 
 /** What the API shows: a team worker's record or a session's approval (the same fields, plus session_id). */
@@ -94,9 +98,10 @@ export class ApprovalService {
       if (!found) throw new ApiError('not_found', `approval ${approvalId} not found`);
       return found;
     }
-    const record = await this.deps.approvals.get(approvalId);
-    if (!record || !canAccess(principal, record.workspace_id)) throw new ApiError('not_found', `approval ${approvalId} not found`);
-    return record;
+    const runId = runOfApproval(approvalId);
+    const found = runId ? (await this.deps.runs.approvals(runId)).find((a) => a.approval_id === approvalId) : await this.deps.approvals.get(approvalId);
+    if (!found || !canAccess(principal, found.workspace_id)) throw new ApiError('not_found', `approval ${approvalId} not found`);
+    return runId ? this.deps.runApprovals.expireIfDue(found) : found;
   }
 
   /**
@@ -117,19 +122,28 @@ export class ApprovalService {
   /** Every record the filter matches, in the inbox's order. */
   private async matching(principal: Principal, q: ApprovalFilter): Promise<ApprovalView[]> {
     if (q.status !== undefined && !APPROVAL_STATUSES.includes(q.status)) throw new ApiError('invalid_argument', `unknown status ${q.status}`);
-    // VM runs do not ask (see README "Tool approvals"): a run has no approvals.
-    if (q.run_id !== undefined) return [];
     let all: ApprovalView[];
     if (q.session_id !== undefined) {
       // A session's approvals of its current turn (earlier turns' are in its log).
       all = await this.deps.sessions.approvals(principal, q.session_id).catch(() => []);
+    } else if (q.run_id !== undefined) {
+      all = await this.runApprovalsOf([q.run_id]);
+    } else if (q.task_id !== undefined) {
+      all = await this.deps.approvals.ofTask(q.task_id);
     } else {
-      const taskIds = q.task_id ? [q.task_id] : await this.deps.store.activeTaskIds(q.workspace_id);
-      all = (await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat();
+      // The workspace's unfinished tasks and active runs (a finished one has no pending approval left).
+      const [taskIds, runIds] = await Promise.all([this.deps.store.activeTaskIds(q.workspace_id), this.deps.runs.activeRunIds(q.workspace_id)]);
+      all = [...(await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat(), ...(await this.runApprovalsOf(runIds))];
     }
     return all
       .filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status) && (q.tool === undefined || a.tool_name === q.tool))
       .sort(compareApprovals);
+  }
+
+  /** Runs' approvals as they stand (a pending one past its deadline is expired as it is read). */
+  private async runApprovalsOf(runIds: readonly string[]): Promise<ApprovalRecord[]> {
+    const records = (await Promise.all(runIds.map((id) => this.deps.runs.approvals(id)))).flat();
+    return Promise.all(records.map((r) => this.deps.runApprovals.expireIfDue(r)));
   }
 
   /**
@@ -145,20 +159,30 @@ export class ApprovalService {
       const { approved, reason } = decision;
       return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
     }
-    let decided;
+    const runId = runOfApproval(approvalId);
+    if (runId) {
+      // The vm-agent polls the approval and goes on once it is decided: nothing to wake here.
+      const { approved, reason } = decision;
+      return this.storeDecision(approvalId, () => this.deps.runs.decideApproval(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal)));
+    }
+    const { approved, reason, modifier, scope } = decision;
+    const decided = await this.storeDecision(approvalId, () => this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), {
+      ...(modifier && { modifier: JSON.stringify(modifier) }),
+      ...(scope && { scope }),
+    }));
+    if (decided.pendingLeft === 0) await this.wake(decided.record);
+    return decided.record;
+  }
+
+  /** A store's decision, its errors in the API's terms (a second decision is 409). */
+  private async storeDecision<T>(approvalId: string, write: () => Promise<T>): Promise<T> {
     try {
-      const { approved, reason, modifier, scope } = decision;
-      decided = await this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), {
-        ...(modifier && { modifier: JSON.stringify(modifier) }),
-        ...(scope && { scope }),
-      });
+      return await write();
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_decided') throw new ApiError('conflict', err.message);
       if (err instanceof StoreError && err.code === 'approval_not_found') throw new ApiError('not_found', `approval ${approvalId} not found`);
       throw err;
     }
-    if (decided.pendingLeft === 0) await this.wake(decided.record);
-    return decided.record;
   }
 
   /**
@@ -207,6 +231,10 @@ export class ApprovalService {
   }
 
   private checkDecision(record: ApprovalView, decision: Decision): void {
+    const ofRun = 'run_id' in record && record.run_id !== undefined;
+    // A VM run's tools (shell, files) and their schemas live on the VM; its approval is a plain approve/deny.
+    if (ofRun && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a VM run\'s approval takes scope "once" only');
+    if (ofRun && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a VM run\'s approval cannot be amended with a modifier (its tools\' schemas live on the VM)');
     const ofSession = 'session_id' in record;
     // The session engine records a plain approve/deny; scope and modifier apply to team workers' approvals.
     if (ofSession && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a session\'s approval takes scope "once" only');

@@ -3,6 +3,7 @@ import { canAccess, type Principal } from '../../auth.ts';
 import { ApiError } from '../../errors.ts';
 import { errorHandler, idempotencyKeyOf } from '../error-handler.ts';
 import type { RunService } from '../../runs/run-service.ts';
+import type { ProposedCall, RunApprovals } from '../../runs/run-approvals.ts';
 import type { RunsAuthenticator } from '../../runs/runs-auth.ts';
 import { resumeCursor, type SseSessions } from '../sse.ts';
 import {
@@ -13,6 +14,8 @@ import {
   heartbeatBody,
   listRunsQuery,
   relayBody,
+  proposeBody,
+  runApprovalParams,
   runParams,
   stopAllBody,
   type ControlBody,
@@ -29,6 +32,7 @@ declare module 'fastify' {
 
 export interface RunRoutesDeps {
   runs: RunService;
+  runApprovals: RunApprovals;
   runsAuth: RunsAuthenticator;
   sse: SseSessions;
 }
@@ -111,6 +115,19 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
 
   app.post<{ Params: RunParams; Body: DispatchedBody }>('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
     deps.runs.dispatched(request.runsPrincipal, request.params.run_id, request.body),
+  );
+
+  // Cadre's addition for the vm-agent: ask about a turn's tool calls, then poll each approval until decided.
+  app.post<{ Params: RunParams; Body: { worker_id: string; lease_id: string; calls: ProposedCall[] } }>(
+    '/api/runs/:run_id/approvals',
+    { schema: { params: runParams, body: proposeBody } },
+    async (request) => ({ verdicts: await deps.runApprovals.propose(request.runsPrincipal, request.params.run_id, request.body, request.body.calls) }),
+  );
+
+  app.get<{ Params: RunParams & { approval_id: string } }>(
+    '/api/runs/:run_id/approvals/:approval_id',
+    { schema: { params: runApprovalParams } },
+    async (request) => ({ approval: await deps.runApprovals.poll(request.runsPrincipal, request.params.run_id, request.params.approval_id) }),
   );
 
   app.post<{ Params: RunParams; Body: RelayBody }>('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>

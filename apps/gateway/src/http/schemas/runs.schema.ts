@@ -126,3 +126,31 @@ export const eventsQuery = {
   additionalProperties: false,
   properties: { after_seq: { type: 'integer', minimum: 0 }, limit: { type: 'integer', minimum: 1, maximum: 1000 } },
 } as const;
+
+/** Cadre's approvals for VM runs: the holder proposes a turn's tool calls (the model's order). */
+export const proposeBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['worker_id', 'lease_id', 'calls'],
+  properties: {
+    worker_id: id,
+    lease_id: { type: 'string', minLength: 1, maxLength: 64 },
+    calls: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 64,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['call_id', 'tool_name', 'arguments'],
+        properties: { call_id: { type: 'string', minLength: 1, maxLength: 200 }, tool_name: { type: 'string', minLength: 1, maxLength: 128 }, arguments: { type: 'string', maxLength: 100_000 } },
+      },
+    },
+  },
+} as const;
+
+export const runApprovalParams = {
+  type: 'object',
+  required: ['run_id', 'approval_id'],
+  properties: { run_id: { type: 'string', maxLength: 200 }, approval_id: { type: 'string', minLength: 1, maxLength: 100 } },
+} as const;

@@ -60,6 +60,46 @@ local function finishRun(runId, status, now, errorText, retentionSec)
   redis.call('EXPIRE', runEvents(runId), retentionSec)
 end
 
+-- A run's tool-call approvals (hash approval_id -> record JSON) and the workspace's approvals inbox log (the same
+-- slot, so a run's approval and its inbox entry are written together; KeyBuilder.approvalInbox names it too).
+local function runApprovals(runId) return base .. ':run:' .. runId .. ':approvals' end
+local INBOX_MAX = 10000
+
+local function announceApproval(channel, eventType, encoded)
+  appendToLog(base .. ':approvals:meta', base .. ':approvals:events', 'approvals:' .. string.match(base, '{w:(.*)}$'),
+    INBOX_MAX, channel, { 't', eventType, 'p', encoded })
+end
+
+-- The resolution as the run's log and the inbox tell it (approval-resolved / approval_decided).
+local function resolveRunApproval(runId, a, maxLen, channel)
+  local encoded = cjson.encode(a)
+  redis.call('HSET', runApprovals(runId), a.approval_id, encoded)
+  local payload = { approval_id = a.approval_id, call_id = a.call_id, approved = (a.status == 'approved'), status = a.status,
+    reason = a.decision_reason, decided_by = a.decided_by }
+  if a.modifier then payload.modifier = a.modifier end
+  appendRunEvent(runId, maxLen, channel, 'approval-resolved', 'backend', cjson.encode(payload))
+  announceApproval(channel, 'approval_decided', encoded)
+  return encoded
+end
+
+-- Cancels the run's pending approvals (the run was stopped, or its attempt lost its lease), oldest first.
+local function cancelRunApprovals(runId, reason, now, maxLen, channel)
+  local pending = {}
+  for _, raw in ipairs(redis.call('HVALS', runApprovals(runId))) do
+    local a = cjson.decode(raw)
+    if a.status == 'pending' then table.insert(pending, a) end
+  end
+  table.sort(pending, function(x, y)
+    if x.created_at ~= y.created_at then return x.created_at < y.created_at end
+    if (x.order or 0) ~= (y.order or 0) then return (x.order or 0) < (y.order or 0) end
+    return x.approval_id < y.approval_id
+  end)
+  for _, a in ipairs(pending) do
+    a.status, a.decision_reason, a.decided_by, a.decided_at = 'cancelled', reason, '', now
+    resolveRunApproval(runId, a, maxLen, channel)
+  end
+end
+
 -- Queues a control command for the run's bound worker; it is delivered on the worker's next heartbeat. As in
 -- the original, every command carries the run's control mode after the action.
 local function queueCommand(run, commandId, action, controlMode, requestedBy, now)
@@ -81,6 +121,7 @@ local function stopRun(run, commandId, requestedBy, now, maxLen, channel, retent
   local bound = run.worker_id ~= nil and run.worker_id ~= ''
   if bound then queueCommand(run, commandId, 'stop', run.control_mode, requestedBy, now) end
   finishRun(run.run_id, 'stopped', now, '', retentionSec)
+  cancelRunApprovals(run.run_id, 'run stopped', now, maxLen, channel)
   return appendControlEvent(run.run_id, maxLen, channel, 'stop', requestedBy, run.control_mode, 'stopped',
     bound and commandId or '', bulk)
 end
@@ -99,6 +140,8 @@ local function expireLeases(now, maxAttempts, maxLen, channel, retentionSec)
       lost = lost + 1
       appendRunEvent(runId, maxLen, channel, 'run-worker-lost', 'backend',
         cjson.encode({ worker_id = run.worker_id, lease_id = run.lease_id, attempts = attempts }))
+      -- The next attempt runs the agent from the start and asks again; the lost attempt's questions are void.
+      cancelRunApprovals(runId, 'the run\'s worker was lost', now, maxLen, channel)
       local w = loadWorker(run.worker_id)
       if w and w.run_id == runId then
         w.run_id = nil

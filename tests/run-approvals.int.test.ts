@@ -1,0 +1,143 @@
+import type { ChildProcess } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { httpClient, runsCall, waitUntil } from '@cadre/testing';
+import { TestStack } from './support/stack.ts';
+
+// Approvals of VM runs: the vm-agent (a real OS process) runs the agent loop and its shell on the "VM"; before a
+// turn's tools run it asks the gateway, and an `ask` waits on the VM, polling, until decided over HTTP.
+const KEY = 'key-run-approvals-ws-0123456789';
+const OTHER_KEY = 'key-run-approvals-other-012345';
+const RUNS_KEY = 'run-approvals-runs-key-0123456789';
+const CONTROL_KEY = 'run-approvals-control-key-012345';
+const WS = 'vmapprovals';
+
+interface RunEvent {
+  seq: number;
+  event_type: string;
+  payload: Record<string, unknown>;
+}
+interface Approval {
+  approval_id: string;
+  status: string;
+  run_id?: string;
+  tool_name: string;
+  arguments: string;
+  decided_by?: string;
+}
+
+let stack: TestStack;
+let agent: ChildProcess;
+beforeAll(async () => {
+  stack = await TestStack.start({
+    gateways: 2,
+    workers: 0,
+    env: { CADRE_API_KEYS: `${WS}:${KEY},elsewhere:${OTHER_KEY}`, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' },
+  });
+  agent = await stack.spawnVmAgent(WS, 'vm-approvals-1', { RUNS_API_KEY: RUNS_KEY });
+});
+afterAll(async () => {
+  agent?.kill('SIGKILL');
+  await stack?.stop();
+});
+
+const second = (): ReturnType<typeof httpClient> => httpClient(`http://127.0.0.1:${stack.gateways[1]!.port}`, KEY);
+
+async function startRun(query: string): Promise<string> {
+  const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: WS, query });
+  expect(run.status).toBe(200);
+  return run.body.run.run_id as string;
+}
+
+async function events(runId: string): Promise<RunEvent[]> {
+  return (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}/events?limit=1000`)).body.events as RunEvent[];
+}
+
+async function pendingOf(runId: string): Promise<Approval> {
+  let found: Approval | undefined;
+  await waitUntil('the run to ask', async () => {
+    found = (await second().get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=${WS}&run_id=${runId}&status=pending`)).body.approvals[0];
+    return found !== undefined;
+  });
+  return found!;
+}
+
+async function statusOf(runId: string): Promise<string> {
+  return (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status as string;
+}
+
+const SHELL = '[[scripted:call=shell({"command":"echo approved-output"})]]';
+
+describe('tool approvals for VM runs', () => {
+  beforeAll(async () => {
+    const put = await httpClient(stack.url, KEY).request('PUT', `/api/workspaces/${WS}/approval-policy`, {
+      rules: [{ tool: 'shell', when: { command: { glob: 'echo *' } }, action: 'ask', reason: 'echo on the VM', timeout_secs: 60 }],
+    });
+    expect(put.status).toBe(200);
+  });
+
+  it('an ask parks the tool call on the VM until it is approved over HTTP at another gateway; the run log shows both', async () => {
+    const runId = await startRun(`Echo ${SHELL}`);
+    const ask = await pendingOf(runId);
+    expect(ask).toMatchObject({ run_id: runId, tool_name: 'shell', arguments: '{"command":"echo approved-output"}' });
+    // Waiting: the shell has not run, and the inbox stream names the run's approval.
+    expect((await events(runId)).some((e) => e.event_type === 'tool-result')).toBe(false);
+    expect(await statusOf(runId)).toBe('running');
+
+    const decided = await second().post<{ approval: Approval }>(`/api/approvals/${ask.approval_id}/decision`, { approved: true });
+    expect(decided.status).toBe(200);
+    expect(decided.body.approval).toMatchObject({ status: 'approved', decided_by: `workspace-key:${WS}` });
+    expect((await httpClient(stack.url, KEY).post(`/api/approvals/${ask.approval_id}/decision`, { approved: false })).status).toBe(409);
+
+    await waitUntil('the run to complete', async () => (await statusOf(runId)) === 'completed');
+    const log = await events(runId);
+    const types = log.map((e) => e.event_type);
+    const at = (type: string): number => types.indexOf(type);
+    expect(at('tool-call')).toBeLessThan(at('approval-requested'));
+    expect(at('approval-requested')).toBeLessThan(at('approval-resolved'));
+    expect(at('approval-resolved')).toBeLessThan(at('tool-result'));
+    expect(log.find((e) => e.event_type === 'approval-resolved')!.payload).toMatchObject({ approval_id: ask.approval_id, approved: true, status: 'approved' });
+    expect(JSON.stringify(log.find((e) => e.event_type === 'tool-result')!.payload)).toContain('approved-output');
+  });
+
+  it('a denial reaches the model as a tool error with the reason; a call the rule does not match runs at once', async () => {
+    const runId = await startRun(`Echo ${SHELL}`);
+    const ask = await pendingOf(runId);
+    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: false, reason: 'not on this VM' })).status).toBe(200);
+    await waitUntil('the run to complete', async () => (await statusOf(runId)) === 'completed');
+    const log = await events(runId);
+    expect(log.some((e) => e.event_type === 'tool-result')).toBe(false);
+    expect(JSON.stringify(log.find((e) => e.event_type === 'assistant-message')!.payload)).toContain('denied: not on this VM');
+
+    const free = await startRun('List [[scripted:call=shell({"command":"ls"})]]');
+    await waitUntil('the unmatched run to complete', async () => (await statusOf(free)) === 'completed');
+    expect((await events(free)).some((e) => e.event_type.startsWith('approval-'))).toBe(false);
+  });
+
+  it('stop-all cancels a run\'s pending approval; another workspace\'s key sees 404; a modifier or task scope is 400', async () => {
+    const runId = await startRun(`Echo ${SHELL}`);
+    const ask = await pendingOf(runId);
+    const other = httpClient(stack.url, OTHER_KEY);
+    expect((await other.get(`/api/approvals/${ask.approval_id}`)).status).toBe(404);
+    expect((await other.post(`/api/approvals/${ask.approval_id}/decision`, { approved: true })).status).toBe(404);
+    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true, modifier: { command: 'ls' } })).status).toBe(400);
+    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true, scope: 'task' })).status).toBe(400);
+    expect((await second().get<{ approval: Approval }>(`/api/approvals/${ask.approval_id}`)).body.approval.status).toBe('pending');
+
+    const stopped = await runsCall(stack.url, CONTROL_KEY, 'POST', '/api/runs/stop-all', { workspace_id: WS }, { 'x-windie-runs-control-key': CONTROL_KEY });
+    expect(stopped.status).toBe(200);
+    expect((await second().get<{ approval: Approval }>(`/api/approvals/${ask.approval_id}`)).body.approval.status).toBe('cancelled');
+    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true })).status).toBe(409);
+    const resolved = (await events(runId)).find((e) => e.event_type === 'approval-resolved');
+    expect(resolved?.payload).toMatchObject({ approval_id: ask.approval_id, approved: false, status: 'cancelled' });
+  });
+
+  it('an approval nobody decides expires at its deadline and the model is told', async () => {
+    const put = await httpClient(stack.url, KEY).request('PUT', `/api/workspaces/${WS}/approval-policy`, { rules: [{ tool: 'shell', action: 'ask', timeout_secs: 1 }] });
+    expect(put.status).toBe(200);
+    const runId = await startRun(`Echo ${SHELL}`);
+    await waitUntil('the run to complete', async () => (await statusOf(runId)) === 'completed');
+    const log = await events(runId);
+    expect(log.find((e) => e.event_type === 'approval-resolved')!.payload).toMatchObject({ approved: false, status: 'expired', reason: 'approval timed out' });
+    expect(JSON.stringify(log.find((e) => e.event_type === 'assistant-message')!.payload)).toContain('approval timed out');
+  });
+});
