@@ -14,6 +14,12 @@ const PACKAGE_BOUNDARIES = [
 /** Redis data commands (ioredis method names) that only libs/store sends. */
 const REDIS_DATA_COMMANDS = ['hget', 'hmget', 'hgetall', 'hset', 'hdel', 'hincrby', 'xadd', 'xrange', 'xrevrange', 'xread', 'zadd', 'zrange', 'zrangebyscore', 'zrem', 'lrange', 'lpush', 'rpush', 'sadd', 'srem', 'smembers', 'evalsha'];
 
+/** What only libs/store does (see the Redis block below). */
+const STORE_ONLY = [
+  { selector: `CallExpression[callee.property.name=/^(${REDIS_DATA_COMMANDS.join('|')})$/]`, message: 'Redis commands belong in libs/store: give the store a method.' },
+  { selector: "CallExpression > MemberExpression.callee > MemberExpression.object[property.name='redis'][object.type!='ThisExpression']", message: "Do not reach into a store's connection: give the store a method." },
+];
+
 export default tseslint.config(
   { ignores: ['**/node_modules/**', 'libs/protocol/src/gen/**', '.cadre/**', '.nx/**', 'coverage/**'] },
   js.configs.recommended,
@@ -78,10 +84,15 @@ export default tseslint.config(
   {
     files: ['apps/*/src/**/*.ts'],
     ignores: ['**/*.test.ts'],
+    rules: { 'no-restricted-syntax': ['error', ...STORE_ONLY] },
+  },
+  // Routes take their request types from their schemas (RoutesPlugin's type provider): a hand-written
+  // `app.post<{ Body: ... }>` would sit beside the schema and drift from it.
+  {
+    files: ['apps/gateway/src/http/routes/**/*.ts'],
     rules: {
-      'no-restricted-syntax': ['error',
-        { selector: `CallExpression[callee.property.name=/^(${REDIS_DATA_COMMANDS.join('|')})$/]`, message: 'Redis commands belong in libs/store: give the store a method.' },
-        { selector: "CallExpression > MemberExpression.callee > MemberExpression.object[property.name='redis'][object.type!='ThisExpression']", message: "Do not reach into a store's connection: give the store a method." },
+      'no-restricted-syntax': ['error', ...STORE_ONLY,
+        { selector: "CallExpression[callee.property.name=/^(get|post|put|patch|delete|route)$/][typeArguments]", message: 'Derive request types from the route schema (RoutesPlugin); no hand-written route generics.' },
       ],
     },
   },

@@ -1,39 +1,38 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import type { ApprovalPolicy } from '@cadre/store';
+import type { FastifyRequest } from 'fastify';
 import type { HttpAppDeps } from '../app.ts';
 import type { Principal } from '../../auth.ts';
 import { approvalParams, bulkDecisionBody, decisionBody, inboxStreamQuery, listApprovalsQuery, policyParams, policyBody } from '../schemas/approvals.schema.ts';
 import { resumeCursor } from '../sse.ts';
-import type { ApprovalFilter, Decision } from '../../approvals/approval-service.ts';
+import type { RoutesPlugin } from '../routes-plugin.ts';
 
 /**
  * Tool approvals: a workspace's policy (PUT/GET /api/workspaces/:workspace_id/approval-policy), the inbox
  * (GET /api/approvals, paginated), its live stream (SSE), one approval and its decision, decisions in bulk.
  */
-export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+export const approvalRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = deps.auth.authenticate(request.headers.authorization);
   });
 
-  app.get<{ Params: { workspace_id: string } }>('/api/workspaces/:workspace_id/approval-policy', { schema: { params: policyParams } }, async (request) => {
+  app.get('/api/workspaces/:workspace_id/approval-policy', { schema: { params: policyParams } }, async (request) => {
     return { policy: await deps.approvals.getPolicy(request.principal, request.params.workspace_id) };
   });
 
-  app.put<{ Params: { workspace_id: string }; Body: ApprovalPolicy }>(
+  app.put(
     '/api/workspaces/:workspace_id/approval-policy',
     { schema: { params: policyParams, body: policyBody } },
     async (request) => ({ policy: await deps.approvals.setPolicy(request.principal, request.params.workspace_id, request.body) }),
   );
 
-  app.get<{ Querystring: ApprovalFilter & { cursor?: string; limit?: number } }>(
+  app.get(
     '/api/approvals',
     { schema: { querystring: listApprovalsQuery } },
     async (request) => deps.approvals.list(request.principal, request.query),
   );
 
   // Registered before /api/approvals/:approval_id, which would otherwise take `stream` for an id.
-  app.get<{ Querystring: { workspace_id: string; after_seq?: number } }>(
+  app.get(
     '/api/approvals/stream',
     { schema: { querystring: inboxStreamQuery } },
     async (request, reply) => {
@@ -43,7 +42,7 @@ export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps)
     },
   );
 
-  app.post<{ Body: Decision & { ids?: string[]; filter?: Omit<ApprovalFilter, 'status'> } }>(
+  app.post(
     '/api/approvals/decisions',
     { schema: { body: bulkDecisionBody } },
     async (request) => {
@@ -52,11 +51,11 @@ export const approvalRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps)
     },
   );
 
-  app.get<{ Params: { approval_id: string } }>('/api/approvals/:approval_id', { schema: { params: approvalParams } }, async (request) => {
+  app.get('/api/approvals/:approval_id', { schema: { params: approvalParams } }, async (request) => {
     return { approval: await deps.approvals.get(request.principal, request.params.approval_id) };
   });
 
-  app.post<{ Params: { approval_id: string }; Body: Decision }>(
+  app.post(
     '/api/approvals/:approval_id/decision',
     { schema: { params: approvalParams, body: decisionBody } },
     async (request) => ({ approval: await deps.approvals.decide(request.principal, request.params.approval_id, request.body) }),

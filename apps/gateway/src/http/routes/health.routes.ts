@@ -1,8 +1,8 @@
-import type { FastifyPluginAsync } from 'fastify';
 import type { HttpAppDeps } from '../app.ts';
+import type { RoutesPlugin } from '../routes-plugin.ts';
 
 /** Liveness (the process answers), readiness (Redis answers and we are not draining), Prometheus metrics. */
-export const healthRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+export const healthRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
     const ready = await deps.isReady().catch(() => false);

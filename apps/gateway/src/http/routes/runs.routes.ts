@@ -1,9 +1,8 @@
-import type { FastifyPluginAsync } from 'fastify';
 import { canAccess, type Principal } from '../../auth.ts';
 import { ApiError } from '../../errors.ts';
 import { errorHandler, idempotencyKeyOf } from '../error-handler.ts';
 import type { RunService } from '../../runs/run-service.ts';
-import type { ProposedCall, RunApprovals } from '../../runs/run-approvals.ts';
+import type { RunApprovals } from '../../runs/run-approvals.ts';
 import type { RunsAuthenticator } from '../../runs/runs-auth.ts';
 import { resumeCursor, type SseSessions } from '../sse.ts';
 import {
@@ -18,10 +17,9 @@ import {
   runApprovalParams,
   runParams,
   stopAllBody,
-  type ControlBody,
-  type StopAllBody,
 } from '../schemas/runs.schema.ts';
-import type { CreateRunBody, DispatchedBody, HeartbeatBody, RelayBody } from '@cadre/protocol';
+import type { CreateRunBody } from '@cadre/protocol';
+import type { RoutesPlugin } from '../routes-plugin.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -37,10 +35,6 @@ export interface RunRoutesDeps {
   sse: SseSessions;
 }
 
-interface RunParams {
-  run_id: string;
-}
-
 const STOP_ALL = '/api/runs/stop-all';
 
 /**
@@ -48,7 +42,7 @@ const STOP_ALL = '/api/runs/stop-all';
  * `detail`s (FastAPI's); Cadre's `error {code, message}` rides along. Invalid bodies and query strings are 422 as
  * there; an unknown run id of any form is 404 `Run not found`.
  */
-export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) => {
+export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
   // stop-all is guarded by the control key (as the original) or a workspace's own runs key; every other route by
   // a runs key. Before the body is read, so an unauthenticated caller learns nothing from validation.
   app.decorateRequest('runsPrincipal', null as unknown as Principal);
@@ -64,26 +58,25 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
   };
   app.setErrorHandler(errorHandler('fastapi'));
 
-
   const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined>; runsPrincipal: Principal }) => {
     requireWorkspace(request.runsPrincipal, request.body.workspace_id);
     const { run, events } = await deps.runs.create(request.body, idempotencyKeyOf(request.headers));
     return { run, events };
   };
-  app.post<{ Body: CreateRunBody }>('/api/runs/', { schema: { body: createRunBody } }, create);
-  app.post<{ Body: CreateRunBody }>('/api/runs', { schema: { body: createRunBody } }, create);
+  app.post('/api/runs/', { schema: { body: createRunBody } }, create);
+  app.post('/api/runs', { schema: { body: createRunBody } }, create);
 
-  app.get<{ Querystring: { workspace_id: string; status?: CreateRunBody['workspace_id'] } }>('/api/runs', { schema: { querystring: listRunsQuery } }, async (request) => {
+  app.get('/api/runs', { schema: { querystring: listRunsQuery } }, async (request) => {
     requireWorkspace(request.runsPrincipal, request.query.workspace_id);
     return { runs: await deps.runs.list(request.query.workspace_id, request.query.status as never) };
   });
 
-  app.post<{ Body: HeartbeatBody }>('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
+  app.post('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
     requireWorkspace(request.runsPrincipal, request.body.workspace_id);
     return deps.runs.heartbeat(request.body);
   });
 
-  app.post<{ Body: StopAllBody | null }>(STOP_ALL, { schema: { body: stopAllBody } }, async (request) => {
+  app.post(STOP_ALL, { schema: { body: stopAllBody } }, async (request) => {
     const workspaceId = request.body?.workspace_id ?? undefined;
     const reach = request.runsPrincipal.workspaces;
     if (reach !== 'all' && workspaceId !== reach) throw deps.runsAuth.beyondWorkspace(reach);
@@ -91,15 +84,15 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
   });
 
   // The run itself, as the original (not wrapped).
-  app.get<{ Params: RunParams }>('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.runsPrincipal, request.params.run_id));
+  app.get('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.runsPrincipal, request.params.run_id));
 
-  app.get<{ Params: RunParams; Querystring: { after_seq?: number; limit?: number } }>(
+  app.get(
     '/api/runs/:run_id/events',
     { schema: { params: runParams, querystring: eventsQuery } },
     async (request) => deps.runs.events(request.runsPrincipal, request.params.run_id, request.query.after_seq ?? 0, request.query.limit ?? 200),
   );
 
-  app.get<{ Params: RunParams; Querystring: { after_seq?: number } }>(
+  app.get(
     '/api/runs/:run_id/stream',
     { schema: { params: runParams, querystring: { type: 'object', properties: { after_seq: { type: 'integer', minimum: 0 } } } } },
     async (request, reply) => {
@@ -109,28 +102,28 @@ export const runRoutes: FastifyPluginAsync<RunRoutesDeps> = async (app, deps) =>
   );
 
   // Writes to one run answer {run, latest_event}, as the original.
-  app.post<{ Params: RunParams; Body: ControlBody }>('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) =>
+  app.post('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) =>
     deps.runs.control(request.runsPrincipal, request.params.run_id, request.body.action, request.body.control_mode ?? undefined, request.body.requested_by ?? ''),
   );
 
-  app.post<{ Params: RunParams; Body: DispatchedBody }>('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
+  app.post('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
     deps.runs.dispatched(request.runsPrincipal, request.params.run_id, request.body),
   );
 
   // Cadre's addition for the vm-agent: ask about a turn's tool calls, then poll each approval until decided.
-  app.post<{ Params: RunParams; Body: { worker_id: string; lease_id: string; calls: ProposedCall[] } }>(
+  app.post(
     '/api/runs/:run_id/approvals',
     { schema: { params: runParams, body: proposeBody } },
     async (request) => ({ verdicts: await deps.runApprovals.propose(request.runsPrincipal, request.params.run_id, request.body, request.body.calls) }),
   );
 
-  app.get<{ Params: RunParams & { approval_id: string } }>(
+  app.get(
     '/api/runs/:run_id/approvals/:approval_id',
     { schema: { params: runApprovalParams } },
     async (request) => ({ approval: await deps.runApprovals.poll(request.runsPrincipal, request.params.run_id, request.params.approval_id) }),
   );
 
-  app.post<{ Params: RunParams; Body: RelayBody }>('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>
+  app.post('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>
     deps.runs.relay(request.runsPrincipal, request.params.run_id, request.body),
   );
 };

@@ -1,35 +1,30 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
-import type { InputModes } from '@cadre/store';
 import type { Principal } from '../../auth.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { resumeCursor } from '../sse.ts';
 import { eventsQuery, streamQuery } from '../schemas/tasks.schema.ts';
 import {
   abortBody, createSessionBody, inputBody, messageBody, modelBody, modesBody, reasonBody, registerToolsBody, sessionParams, toolResultBody,
-  type AbortBody, type CreateSessionBody, type InputBody, type MessageBody, type RegisterToolsBody, type ToolResultBody,
 } from '../schemas/sessions.schema.ts';
+import type { RoutesPlugin } from '../routes-plugin.ts';
 
 export interface SessionRoutesDeps {
   sessions: SessionEngine;
-}
-
-interface Params {
-  session_id: string;
 }
 
 /**
  * The HTTP session API (ours): the same engine as roz StreamSession, for web clients and scripts. Auth, error
  * shape and limits are the tasks API's.
  */
-export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+export const sessionRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   const { sessions } = deps;
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = deps.auth.authenticate(request.headers.authorization);
   });
 
-  app.post<{ Body: CreateSessionBody }>('/api/sessions', { schema: { body: createSessionBody } }, async (request, reply) => {
+  app.post('/api/sessions', { schema: { body: createSessionBody } }, async (request, reply) => {
     return reply.status(201).send({ session: await sessions.create(request.principal, request.body) });
   });
 
@@ -38,11 +33,11 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
     return { models, default: models[0] };
   });
 
-  app.get<{ Params: Params }>('/api/sessions/:session_id', { schema: { params: sessionParams } }, async (request) => {
+  app.get('/api/sessions/:session_id', { schema: { params: sessionParams } }, async (request) => {
     return { session: await sessions.get(request.principal, request.params.session_id) };
   });
 
-  app.post<{ Params: Params; Body: MessageBody }>('/api/sessions/:session_id/messages', { schema: { params: sessionParams, body: messageBody } }, async (request, reply) => {
+  app.post('/api/sessions/:session_id/messages', { schema: { params: sessionParams, body: messageBody } }, async (request, reply) => {
     const { session_id } = request.params;
     const { streaming_behavior, ...message } = request.body;
     try {
@@ -57,55 +52,55 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
     }
   });
 
-  app.get<{ Params: Params }>('/api/sessions/:session_id/messages', { schema: { params: sessionParams } }, async (request) => {
+  app.get('/api/sessions/:session_id/messages', { schema: { params: sessionParams } }, async (request) => {
     const { session_id } = request.params;
     return { session_id, messages: await sessions.messages(request.principal, session_id) };
   });
 
-  app.put<{ Params: Params; Body: { model: string } }>('/api/sessions/:session_id/model', { schema: { params: sessionParams, body: modelBody } }, async (request) => {
+  app.put('/api/sessions/:session_id/model', { schema: { params: sessionParams, body: modelBody } }, async (request) => {
     return { session: await sessions.setModel(request.principal, request.params.session_id, request.body.model) };
   });
 
-  app.post<{ Params: Params; Body: InputBody }>('/api/sessions/:session_id/steer', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
+  app.post('/api/sessions/:session_id/steer', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
     const { session_id } = request.params;
     return reply.status(202).send({ session_id, ...(await sessions.queueInput(request.principal, session_id, 'steer', request.body)) });
   });
 
-  app.post<{ Params: Params; Body: InputBody }>('/api/sessions/:session_id/follow-ups', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
+  app.post('/api/sessions/:session_id/follow-ups', { schema: { params: sessionParams, body: inputBody } }, async (request, reply) => {
     const { session_id } = request.params;
     return reply.status(202).send({ session_id, ...(await sessions.queueInput(request.principal, session_id, 'follow_up', request.body)) });
   });
 
-  app.post<{ Params: Params; Body: AbortBody | null }>('/api/sessions/:session_id/abort', { schema: { params: sessionParams, body: abortBody } }, async (request) => {
+  app.post('/api/sessions/:session_id/abort', { schema: { params: sessionParams, body: abortBody } }, async (request) => {
     const { session_id } = request.params;
     return { session_id, ...(await sessions.abort(request.principal, session_id, request.body?.prompt)) };
   });
 
-  app.patch<{ Params: Params; Body: InputModes }>('/api/sessions/:session_id/modes', { schema: { params: sessionParams, body: modesBody } }, async (request) => {
+  app.patch('/api/sessions/:session_id/modes', { schema: { params: sessionParams, body: modesBody } }, async (request) => {
     return { session: await sessions.setInputModes(request.principal, request.params.session_id, request.body) };
   });
 
-  app.post<{ Params: Params; Body: ToolResultBody }>('/api/sessions/:session_id/tool-results', { schema: { params: sessionParams, body: toolResultBody } }, async (request) => {
+  app.post('/api/sessions/:session_id/tool-results', { schema: { params: sessionParams, body: toolResultBody } }, async (request) => {
     const { session_id } = request.params;
     return { session_id, ...(await sessions.submitToolResult(request.principal, session_id, request.body)) };
   });
 
-  app.post<{ Params: Params; Body: RegisterToolsBody }>('/api/sessions/:session_id/tools', { schema: { params: sessionParams, body: registerToolsBody } }, async (request) => {
+  app.post('/api/sessions/:session_id/tools', { schema: { params: sessionParams, body: registerToolsBody } }, async (request) => {
     const { session_id } = request.params;
     return { session_id, ...(await sessions.registerTools(request.principal, session_id, request.body)) };
   });
 
-  app.post<{ Params: Params; Body: { reason?: string } | null }>('/api/sessions/:session_id/cancel', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
+  app.post('/api/sessions/:session_id/cancel', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
     const { session_id } = request.params;
     const cancelled = await sessions.cancelTurn(request.principal, session_id, request.body?.reason ?? 'cancelled by request');
     return { session_id, cancelled };
   });
 
-  app.delete<{ Params: Params; Body: { reason?: string } | null }>('/api/sessions/:session_id', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
+  app.delete('/api/sessions/:session_id', { schema: { params: sessionParams, body: reasonBody } }, async (request) => {
     return { session: await sessions.close(request.principal, request.params.session_id, request.body?.reason ?? 'closed by request') };
   });
 
-  app.get<{ Params: Params; Querystring: { after_seq?: number; limit?: number } }>(
+  app.get(
     '/api/sessions/:session_id/events',
     { schema: { params: sessionParams, querystring: eventsQuery } },
     async (request) => {
@@ -115,7 +110,7 @@ export const sessionRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) 
     },
   );
 
-  app.get<{ Params: Params; Querystring: { after_seq?: number } }>(
+  app.get(
     '/api/sessions/:session_id/stream',
     { schema: { params: sessionParams, querystring: streamQuery } },
     async (request, reply) => {

@@ -1,10 +1,11 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../../auth.ts';
 import { idempotencyKeyOf } from '../error-handler.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
-import { cancelBody, createTaskBody, eventsQuery, listTasksQuery, streamQuery, taskParams, type CreateTaskBody, type ListTasksQuery } from '../schemas/tasks.schema.ts';
+import { cancelBody, createTaskBody, eventsQuery, listTasksQuery, streamQuery, taskParams } from '../schemas/tasks.schema.ts';
+import type { RoutesPlugin } from '../routes-plugin.ts';
 
 interface TaskParams {
   task_id: string;
@@ -17,7 +18,7 @@ declare module 'fastify' {
 }
 
 /** POST /api/tasks, GET /api/tasks (a workspace's, newest first), GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
-export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => {
+export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = deps.auth.authenticate(request.headers.authorization);
@@ -29,21 +30,21 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     if (typeof params?.task_id === 'string') params.task_id = taskIdFrom(params.task_id);
   });
 
-  app.post<{ Body: CreateTaskBody }>('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {
+  app.post('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {
     const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKeyOf(request.headers));
     return reply.status(created ? 201 : 200).send({ task });
   });
 
-  app.get<{ Querystring: ListTasksQuery }>('/api/tasks', { schema: { querystring: listTasksQuery } }, async (request) => {
+  app.get('/api/tasks', { schema: { querystring: listTasksQuery } }, async (request) => {
     const { workspace_id, status, cursor, limit } = request.query;
     return deps.tasks.list(request.principal, workspace_id, { status, cursor, limit: limit ?? 50 });
   });
 
-  app.get<{ Params: TaskParams }>('/api/tasks/:task_id', { schema: { params: taskParams } }, async (request) => {
+  app.get('/api/tasks/:task_id', { schema: { params: taskParams } }, async (request) => {
     return { task: await deps.tasks.get(request.principal, request.params.task_id) };
   });
 
-  app.get<{ Params: TaskParams; Querystring: { after_seq?: number; limit?: number } }>(
+  app.get(
     '/api/tasks/:task_id/events',
     { schema: { params: taskParams, querystring: eventsQuery } },
     async (request) => {
@@ -54,7 +55,7 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     },
   );
 
-  app.get<{ Params: TaskParams; Querystring: { after_seq?: number } }>(
+  app.get(
     '/api/tasks/:task_id/stream',
     { schema: { params: taskParams, querystring: streamQuery } },
     async (request, reply) => {
@@ -64,7 +65,7 @@ export const taskRoutes: FastifyPluginAsync<HttpAppDeps> = async (app, deps) => 
     },
   );
 
-  app.post<{ Params: TaskParams; Body: { reason?: string } | null }>(
+  app.post(
     '/api/tasks/:task_id/cancel',
     { schema: { params: taskParams, body: cancelBody } },
     async (request) => {

@@ -76,22 +76,11 @@ export const controlBody = {
   },
 } as const;
 
-export interface ControlBody {
-  action: 'pause' | 'resume' | 'stop' | 'set-control-mode';
-  control_mode?: string | null;
-  requested_by?: string | null;
-}
-
 export const stopAllBody = {
   type: ['object', 'null'],
   additionalProperties: false,
   properties: { workspace_id: { ...workspaceId, type: ['string', 'null'] }, requested_by: optionalText(128) },
 } as const;
-
-export interface StopAllBody {
-  workspace_id?: string | null;
-  requested_by?: string | null;
-}
 
 export const dispatchedBody = {
   type: 'object',

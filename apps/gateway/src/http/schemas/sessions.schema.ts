@@ -1,7 +1,6 @@
 // JSON schemas of the HTTP session API, one per part. Shapes and sizes here; content rules (tool schemas, the
 // exit_code/success rule) are the session engine's, so every edge refuses the same things.
 import { approvalPolicySchema } from './tasks.schema.ts';
-import type { HistoryInput, StartInput, ToolInput, ToolResultInput } from '@cadre/session';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 
@@ -108,23 +107,6 @@ export const sessionParams = {
   properties: { session_id: { type: 'string', maxLength: 64 } },
 } as const;
 
-// The bodies as the engine takes them (the schemas above admit nothing these types do not describe).
-export type CreateSessionBody = StartInput & { history?: HistoryInput[] };
-export interface MessageBody {
-  content: string;
-  message_id?: string;
-  tools?: ToolInput[];
-  system_context?: string;
-  images?: { mime_type: string; data: string }[];
-  streaming_behavior?: 'steer' | 'follow_up';
-}
-export type ToolResultBody = ToolResultInput;
-export interface RegisterToolsBody {
-  source?: string;
-  tools: ToolInput[];
-  system_context?: string;
-}
-
 /** A steer or follow-up (POST /steer, /follow-ups). */
 export const inputBody = {
   type: 'object',
@@ -135,10 +117,6 @@ export const inputBody = {
     input_id: { type: 'string', minLength: 1, maxLength: 128 },
   },
 } as const;
-export interface InputBody {
-  content: string;
-  input_id?: string;
-}
 
 /** abort, or abort-and-prompt with `prompt`. */
 export const abortBody = {
@@ -153,9 +131,6 @@ export const abortBody = {
     },
   },
 } as const;
-export interface AbortBody {
-  prompt?: { content: string; message_id?: string };
-}
 
 export const modesBody = {
   type: 'object',

@@ -1,4 +1,3 @@
-import type { ApprovalPolicy } from '@cadre/store';
 // JSON schemas of the tasks API, one per part; Fastify validates requests against them before a handler runs.
 // Bodies are strict (unknown fields are an error, types are not coerced); querystrings are coerced from text.
 
@@ -24,12 +23,13 @@ export const approvalPolicySchema = {
             type: 'object',
             maxProperties: 16,
             propertyNames: { maxLength: 128 },
+            // Exactly one of equals / glob / regex.
             additionalProperties: {
-              type: 'object',
-              minProperties: 1,
-              maxProperties: 1,
-              additionalProperties: false,
-              properties: { equals: {}, glob: { type: 'string', maxLength: 1000 }, regex: { type: 'string', maxLength: 500 } },
+              oneOf: [
+                { type: 'object', additionalProperties: false, required: ['equals'], properties: { equals: {} } },
+                { type: 'object', additionalProperties: false, required: ['glob'], properties: { glob: { type: 'string', maxLength: 1000 } } },
+                { type: 'object', additionalProperties: false, required: ['regex'], properties: { regex: { type: 'string', maxLength: 500 } } },
+              ],
             },
           },
           action: { type: 'string', enum: ['allow', 'ask', 'deny'] },
@@ -84,18 +84,6 @@ export const createTaskBody = {
   },
 } as const;
 
-export interface CreateTaskBody {
-  workspace_id: string;
-  goal: string;
-  team?: {
-    lead?: { instructions?: string; model?: string };
-    workers?: { role: string; instructions?: string; model?: string; tools?: string[]; approval_policy?: ApprovalPolicy }[];
-    max_workers?: number;
-    approval_policy?: ApprovalPolicy;
-  };
-  metadata?: Record<string, unknown>;
-}
-
 export const taskParams = {
   type: 'object',
   required: ['task_id'],
@@ -135,9 +123,3 @@ export const listTasksQuery = {
   },
 } as const;
 
-export interface ListTasksQuery {
-  workspace_id: string;
-  status?: 'queued' | 'running' | 'completed' | 'failed' | 'cancelled';
-  cursor?: string;
-  limit?: number;
-}
