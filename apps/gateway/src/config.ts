@@ -40,6 +40,12 @@ export function gatewayConfig(env: Env) {
     /** An open session's keys live this long after its last turn began. */
     sessionIdleTtlSec: int('CADRE_SESSION_IDLE_TTL_SEC', 7 * 24 * 3600, { min: 60 }),
     runsHeartbeatIntervalMs: int('RUNS_HEARTBEAT_INTERVAL_MS', 5_000, { min: 50 }),
+    /** The model server the workers use: kontekst GetStatus reports it and its health. */
+    openaiBaseUrl: str('OPENAI_BASE_URL'),
+    /** Shown by kontekst GetStatus (npm start sets it to the stack's data dir). */
+    dataDir: str('CADRE_DATA_DIR', ''),
+    /** How long a kontekst Run's proposed tool call waits for ApproveTool/DenyTool before it is denied. */
+    kontekstApprovalTimeoutSecs: int('CADRE_KONTEKST_APPROVAL_TIMEOUT_SECS', 600, { min: 1, max: 7 * 24 * 3600 }),
   });
 }
 

@@ -5,6 +5,8 @@ import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalS
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
+import { daemonService, publicEndpoint } from './grpc/daemon.service.ts';
+import { kontekstAgentService } from './grpc/kontekst.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
 import { grpcTelemetry } from './grpc/telemetry.ts';
 import { buildHttpApp } from './http/app.ts';
@@ -22,14 +24,21 @@ import type { GatewayConfig } from './config.ts';
 export interface Gateway {
   port: number;
   fanout: EventFanout;
+  /** Drains and closes; a second call returns the first one's promise. */
   close(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  /** What kontekst's DaemonService Shutdown does (main.ts: the same as SIGTERM); default: close this gateway. */
+  requestShutdown?: () => void;
 }
 
 /**
  * Wires a gateway from its config and starts it on one port (REST + gRPC). Used by main.ts and by tests,
  * which run several gateways against one Redis.
  */
-export async function startGateway(config: GatewayConfig & { redis: RedisTarget }, logger: Logger): Promise<Gateway> {
+export async function startGateway(config: GatewayConfig & { redis: RedisTarget }, logger: Logger, opts: GatewayOptions = {}): Promise<Gateway> {
+  const startedAt = new Date();
   const keys = new KeyBuilder(config.keyPrefix);
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
   const redis = connectRedis(config.redis, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
@@ -129,6 +138,15 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     services: [agentService({
       auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec(),
       session: { sessions, keepaliveMs: config.sessionKeepaliveMs, onOpen: () => sessionStreams.inc(), onClose: () => sessionStreams.dec() },
+    }), kontekstAgentService({
+      auth, sessions, logger, approvalTimeoutSecs: config.kontekstApprovalTimeoutSecs, onOpen: () => sessionStreams.inc(), onClose: () => sessionStreams.dec(),
+    }), daemonService({
+      auth, runsAuth, startedAt, bind: () => `${config.host}:${listener.port}`, modelEndpoint: publicEndpoint(config.openaiBaseUrl), dataDir: config.dataDir,
+      requestShutdown: () => {
+        logger.info('kontekst Shutdown: draining');
+        if (opts.requestShutdown) opts.requestShutdown();
+        else void handle.close();
+      },
     })],
     shutdownGraceMs: config.shutdownGraceMs,
     interceptors: [grpcTelemetry(metrics)],
@@ -139,25 +157,29 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   enqueueSweeper.start();
   logger.info({ port: listener.port }, 'gateway listening (REST + gRPC)');
 
-  return {
+  let closing: Promise<void> | undefined;
+  const handle: Gateway = {
     port: listener.port,
     fanout,
-    async close() {
-      // Drain: fail readiness and health first, stop accepting, end open streams with a resumable status
-      // (clients resume from their last seq on another replica), then close servers and connections.
-      draining = true;
-      sweeper.stop();
-      enqueueSweeper.stop();
-      grpc.health.setNotServing();
-      await listener.close();
-      await fanout.close();
-      await Promise.all([grpc.close(), http.close()]);
-      // Fastify closes only servers it listened on itself; this one was handed its connections.
-      http.server.closeAllConnections();
-      await Promise.all([queue.close(), sessionQueue.close()]);
-      await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
-    },
+    close: () => (closing ??= drain()),
   };
+  return handle;
+
+  async function drain(): Promise<void> {
+    // Drain: fail readiness and health first, stop accepting, end open streams with a resumable status
+    // (clients resume from their last seq on another replica), then close servers and connections.
+    draining = true;
+    sweeper.stop();
+    enqueueSweeper.stop();
+    grpc.health.setNotServing();
+    await listener.close();
+    await fanout.close();
+    await Promise.all([grpc.close(), http.close()]);
+    // Fastify closes only servers it listened on itself; this one was handed its connections.
+    http.server.closeAllConnections();
+    await Promise.all([queue.close(), sessionQueue.close()]);
+    await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
+  }
 }
 
 /** `promise`, or undefined once `ms` have passed (a readiness probe must answer, not wait). */

@@ -18,7 +18,8 @@ await checkRedisCredentials(redis).catch((err: unknown) => {
   if (err instanceof RedisAuthError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
   throw err;
 });
-const gateway = await startGateway({ ...config, redis }, logger).catch((err: unknown) => {
+// kontekst's DaemonService Shutdown drains the process as SIGTERM does (onShutdown below), then it exits.
+const gateway = await startGateway({ ...config, redis }, logger, { requestShutdown: () => process.kill(process.pid, 'SIGTERM') }).catch((err: unknown) => {
   const problem = listenProblem(err, { port: config.port, host: config.host });
   if (problem) exitForConfig('gateway', [problem]);
   // Not rethrown: Node would print the error object, with whatever arguments a library attached to it.

@@ -196,6 +196,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     HOST: config.host,
     LOG_LEVEL: config.logLevel,
     WORKER_CONCURRENCY: String(config.workerConcurrency),
+    // kontekst GetStatus shows it.
+    CADRE_DATA_DIR: config.dataDir,
   };
   stack.spawn('gateway', 'apps/gateway/src/main.ts', childEnv('gateway', env));
   for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', childEnv('worker', env));

@@ -1,0 +1,209 @@
+import * as grpc from '@grpc/grpc-js';
+import type { ChildProcess } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TEST_API_KEY, httpClient } from '@cadre/testing';
+import { kontekst } from '@cadre/protocol';
+import { TestStack } from './support/stack.ts';
+
+// kontekst's AgentService/Run and DaemonService on the gateway's one port, driven by a real grpc-js client as
+// kontekst's CLI drives its daemon: start, then ApproveTool/DenyTool per proposed call_id, or CancelRun.
+const CONTROL_KEY = 'control-key-kontekst-0123456789';
+let stack: TestStack;
+let worker: ChildProcess | undefined;
+
+beforeAll(async () => {
+  stack = await TestStack.start({ gateways: 1, workers: 0, env: { RUNS_CONTROL_API_KEY: CONTROL_KEY } });
+  worker = await stack.spawnWorkerProcess();
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+type Ev = NonNullable<kontekst.RunEvent['event']>;
+
+/** One Run call: records every event, lets the test wait for one and send commands. */
+class Run {
+  readonly events: Ev[] = [];
+  readonly status: Promise<grpc.StatusObject>;
+  private readonly call: grpc.ClientDuplexStream<kontekst.RunCommand, kontekst.RunEvent>;
+  private readonly client: grpc.Client;
+  private wake: (() => void) | undefined;
+
+  constructor(target = `127.0.0.1:${stack.gateways[0]!.port}`) {
+    this.client = new kontekst.AgentServiceClient(target, grpc.credentials.createInsecure());
+    const metadata = new grpc.Metadata();
+    metadata.set('authorization', `Bearer ${TEST_API_KEY}`);
+    this.call = (this.client as unknown as kontekst.AgentServiceClient).run(metadata);
+    this.call.on('data', (e: kontekst.RunEvent) => {
+      if (e.event) this.events.push(e.event);
+      this.wake?.();
+    });
+    this.status = new Promise((resolve) => {
+      this.call.on('error', (err: grpc.ServiceError) => resolve(err));
+      this.call.on('status', (s: grpc.StatusObject) => {
+        if (s.code === grpc.status.OK) resolve(s);
+      });
+    });
+    void this.status.then(() => this.wake?.());
+  }
+
+  send(command: kontekst.RunCommand['command']): void {
+    this.call.write({ command });
+  }
+
+  end(): void {
+    this.call.end();
+  }
+
+  close(): void {
+    this.client.close();
+  }
+
+  cases(): string[] {
+    return this.events.map((e) => e.$case);
+  }
+
+  of<C extends Ev['$case']>(kind: C): Extract<Ev, { $case: C }>['value'][] {
+    return this.events.filter((e) => e.$case === kind).map((e) => e.value) as never;
+  }
+
+  async waitFor<C extends Ev['$case']>(kind: C, timeoutMs = 20_000): Promise<Extract<Ev, { $case: C }>['value']> {
+    const deadline = Date.now() + timeoutMs;
+    let ended = false;
+    void this.status.then(() => (ended = true));
+    while (true) {
+      const hit = this.events.find((e) => e.$case === kind);
+      if (hit) return hit.value as never;
+      if (ended || Date.now() > deadline) throw new Error(`no ${kind}; events: ${this.cases().join(',')}`);
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        setTimeout(resolve, 200);
+      });
+    }
+  }
+}
+
+const CALC = (expr: string) => `[[scripted:call=calculate({"expression":"${expr}"})]]`;
+
+describe('kontekst AgentService.Run', () => {
+  it('propose → approve → complete: the calls of one answer come in one ToolsProposed, in the model\'s order', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: `Two sums [[scripted:parallel]] ${CALC('1+1')} ${CALC('2+3')}`, sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    expect(started.agentName).toBe('default');
+    const proposed = await run.waitFor('toolsProposed');
+    expect(proposed.calls.map((c) => [c.name, c.argumentsJson])).toEqual([['calculate', '{"expression":"1+1"}'], ['calculate', '{"expression":"2+3"}']]);
+    // The session behind the run is parked: nothing ran before the decisions.
+    expect(run.cases()).toEqual(['started', 'turnCompleted', 'contextSnapshot', 'toolsProposed']);
+    // Decided out of order: the turn goes on only after both.
+    run.send({ $case: 'approveTool', value: { callId: proposed.calls[1]!.callId } });
+    run.send({ $case: 'approveTool', value: { callId: proposed.calls[0]!.callId } });
+    const completed = await run.waitFor('completed');
+    expect((await run.status).code).toBe(grpc.status.OK);
+    expect(completed.runId).toBe(started.runId);
+    expect(completed.content).toContain('using 2 tool result(s): 2; 5');
+    const cases = run.cases();
+    expect(cases.slice(4, 9)).toEqual(['toolStarted', 'toolStarted', 'toolCompleted', 'toolCompleted', 'toolsCompleted']);
+    expect(run.of('toolCompleted').map((t) => [t.callId, t.output])).toEqual([[proposed.calls[0]!.callId, '2'], [proposed.calls[1]!.callId, '5']]);
+    expect(cases.slice(-3)).toEqual(['turnCompleted', 'contextSnapshot', 'completed']);
+    expect(run.of('token').map((t) => t.text).join('')).toBe(completed.content);
+    const snapshot = run.of('contextSnapshot').at(-1)!.context!;
+    expect(snapshot.contextSize).toBe(200_000);
+    expect(snapshot.totalTokens).toBeGreaterThan(0);
+    expect(snapshot.remainingTokens).toBe(snapshot.contextSize - snapshot.totalTokens);
+    run.close();
+  });
+
+  it('propose → deny → cancelled: the model does not get past a denial', async () => {
+    const modelCalls = stack.model.requestCount();
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: `Sum ${CALC('1+1')}`, sessionId: '', agentName: 'coder', workingDir: '' } });
+    const started = await run.waitFor('started');
+    const proposed = await run.waitFor('toolsProposed');
+    run.send({ $case: 'denyTool', value: { callId: proposed.calls[0]!.callId, reason: 'not now' } });
+    const cancelled = await run.waitFor('cancelled');
+    expect((await run.status).code).toBe(grpc.status.OK);
+    expect(cancelled.runId).toBe(started.runId);
+    expect(run.of('toolFailed')).toEqual([{ callId: proposed.calls[0]!.callId, error: 'denied: not now' }]);
+    expect(run.cases().slice(-3)).toEqual(['toolFailed', 'toolsCompleted', 'cancelled']);
+    expect(stack.model.requestCount() - modelCalls).toBe(1);
+    // The session keeps the denial for a later run; its turn ended with stop_reason denied.
+    const log = await httpClient(stack.url).get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${started.sessionId}/events?limit=1000`);
+    expect(log.body.events.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['denied']);
+    run.close();
+  });
+
+  it('CancelRunCommand while calls are proposed cancels them and the run', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: `Sum ${CALC('3+3')}`, sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    await run.waitFor('toolsProposed');
+    run.send({ $case: 'cancel', value: {} });
+    await run.waitFor('cancelled');
+    expect((await run.status).code).toBe(grpc.status.OK);
+    const approvals = await httpClient(stack.url).get<{ approvals: { status: string }[] }>(`/api/approvals?workspace_id=default&session_id=${started.sessionId}`);
+    expect(approvals.body.approvals.map((a) => a.status)).toEqual(['cancelled']);
+    run.close();
+  });
+
+  it('kill -9 of the worker while a proposal waits changes nothing: another worker runs the approved tool', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: `Sum ${CALC('20+22')}`, sessionId: '', agentName: '', workingDir: '' } });
+    const proposed = await run.waitFor('toolsProposed');
+    worker!.kill('SIGKILL');
+    await new Promise<void>((resolve) => (worker!.exitCode !== null || worker!.signalCode !== null ? resolve() : worker!.once('exit', () => resolve())));
+    worker = await stack.spawnWorkerProcess();
+    run.send({ $case: 'approveTool', value: { callId: proposed.calls[0]!.callId } });
+    const completed = await run.waitFor('completed');
+    expect(completed.content).toContain('using 1 tool result(s): 42');
+    expect(run.of('toolStarted')).toHaveLength(1);
+    run.close();
+  });
+
+  it('refuses a run whose first command is not start, and a skill (Cadre has none)', async () => {
+    const bad = new Run();
+    bad.send({ $case: 'approveTool', value: { callId: 'x' } });
+    expect(await bad.status).toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining('first command') });
+    bad.close();
+    const skill = new Run();
+    skill.send({ $case: 'start', value: { prompt: '', sessionId: '', agentName: '', workingDir: '', skill: { name: 'summarize', arguments: '' } } });
+    expect((await skill.waitFor('failed')).error).toBe('skills not available');
+    skill.close();
+  });
+});
+
+describe('kontekst DaemonService', () => {
+  it('GetStatus reports the gateway and the model server; Shutdown needs the operator (runs control) key, then drains', async () => {
+    const gateway = await stack.addGateway();
+    const target = `127.0.0.1:${gateway.port}`;
+    const daemon = new kontekst.DaemonServiceClient(target, grpc.credentials.createInsecure()) as unknown as kontekst.DaemonServiceClient & grpc.Client;
+    const bearer = new grpc.Metadata();
+    bearer.set('authorization', `Bearer ${TEST_API_KEY}`);
+    const unary = <Req, Res>(method: (req: Req, md: grpc.Metadata, cb: (err: grpc.ServiceError | null, res: Res) => void) => unknown, req: Req, md: grpc.Metadata) =>
+      new Promise<{ err: grpc.ServiceError | null; res: Res }>((resolve) => method.call(daemon, req, md, (err, res) => resolve({ err, res })));
+
+    const { err, res: status } = await unary<kontekst.GetStatusRequest, kontekst.GetStatusResponse>(daemon.getStatus, {}, bearer);
+    expect(err).toBeNull();
+    expect(status.bind).toMatch(new RegExp(`:${gateway.port}$`));
+    expect(status.endpoint).toBe(stack.model.url.replace(/\/$/, ''));
+    expect(status.llamaServerHealthy).toBe(true);
+    expect(status.uptimeSeconds).toBeGreaterThanOrEqual(0);
+    expect(Date.parse(status.startedAtRfc3339)).toBeLessThanOrEqual(Date.now());
+    expect((await unary(daemon.getStatus, {}, new grpc.Metadata())).err?.code).toBe(grpc.status.UNAUTHENTICATED);
+
+    // The bearer key of every workspace is not the operator key: refused, and the gateway keeps serving.
+    const refused = await unary(daemon.shutdown, {}, bearer);
+    expect(refused.err?.code).toBe(grpc.status.PERMISSION_DENIED);
+    expect((await unary(daemon.getStatus, {}, bearer)).err).toBeNull();
+
+    const control = new grpc.Metadata();
+    control.set('x-windie-runs-control-key', CONTROL_KEY);
+    const done = await unary<kontekst.ShutdownRequest, kontekst.ShutdownResponse>(daemon.shutdown, {}, control);
+    expect(done.err).toBeNull();
+    expect(done.res.message).toBe('shutting down');
+    daemon.close();
+    // Drained: the port stops answering.
+    while (await fetch(`http://${target}/healthz`).then(() => true, () => false)) await new Promise((r) => setTimeout(r, 50));
+    stack.gateways.splice(stack.gateways.indexOf(gateway), 1);
+  });
+});
