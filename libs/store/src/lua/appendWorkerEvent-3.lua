@@ -7,8 +7,9 @@
 ]]
 --@include task-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
-if TERMINAL[redis.call('HGET', metaKey, 'status')] then return -2 end
+local taskStatus = redis.call('HGET', metaKey, 'status')
+if not taskStatus then return -1 end -- every task's meta has a status: none means no task
+if TERMINAL[taskStatus] then return -2 end
 local w = loadWorker(ARGV[2])
 if not w or w.status ~= 'running' or w.lease ~= ARGV[3] then return -3 end
 return appendEvent(ARGV[1], ARGV[6], ARGV[7], ARGV[4], ARGV[2], w.attempt, ARGV[5])

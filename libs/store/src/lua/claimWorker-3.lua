@@ -16,8 +16,9 @@
 ]]
 --@include task-log
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1, 0 } end
+-- Every task's meta has a status (createTask writes it with the rest): none means no task.
 local taskStatus = redis.call('HGET', metaKey, 'status')
+if not taskStatus then return { -1, 0 } end
 if TERMINAL[taskStatus] then return { -2, 0 } end
 local taskId, workerId, lease, hostId, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local w = loadWorker(workerId)

@@ -11,8 +11,9 @@
 ]]
 --@include task-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
-if TERMINAL[redis.call('HGET', metaKey, 'status')] then return -2 end
+local taskStatus = redis.call('HGET', metaKey, 'status')
+if not taskStatus then return -1 end -- every task's meta has a status: none means no task
+if TERMINAL[taskStatus] then return -2 end
 local taskId, workerId, lease, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local maxLen, channel = ARGV[9], ARGV[10]
 local w = loadWorker(workerId)

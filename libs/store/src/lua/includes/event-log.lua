@@ -1,9 +1,15 @@
 -- The append-only event log shared by task and run scripts (inlined at `--@include event-log`).
 -- A log is a meta hash (field `seq` = last seq) and a stream whose entry ids are `<seq>-0`.
 
+-- One TIME per script run: its events and fields share one timestamp (the run is atomic anyway), and a script
+-- that appends several events does not ask the clock for each.
+local scriptNowMs
 local function nowMs()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not scriptNowMs then
+    local t = redis.call('TIME')
+    scriptNowMs = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return scriptNowMs
 end
 
 -- Appends one entry: seq is assigned here, atomically with the append, so the log has no gaps; readers resume
