@@ -3,17 +3,20 @@
 // machine's load over them.
 // Never one favourable run.
 //   npm exec -- node bench/summary.ts
+//   BENCH_SINCE=2026-11-23T22:00Z npm exec -- node bench/summary.ts   # only runs measured since then (after a change)
 import { readFileSync } from 'node:fs';
 import { BENCH_VERSION, HISTORY_FILE, printTable, type Cell, type HistoryLine } from './support/report.ts';
 import { median, range } from './support/rounds.ts';
 
+const SINCE = process.env.BENCH_SINCE ? Date.parse(process.env.BENCH_SINCE) : undefined;
+if (SINCE !== undefined && Number.isNaN(SINCE)) throw new Error(`BENCH_SINCE: expected an ISO date and time, got "${process.env.BENCH_SINCE}"`);
 const lines = (() => {
   try {
     return readFileSync(HISTORY_FILE, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as HistoryLine);
   } catch {
     return [];
   }
-})().filter((l) => l.version === BENCH_VERSION);
+})().filter((l) => l.version === BENCH_VERSION && (!SINCE || Date.parse(l.measured_at) >= SINCE));
 /** Runs with extra node flags for the gateway are experiments (see bench/README.md), not the figure as shipped. */
 const experiment = (l: HistoryLine): boolean => ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0;
 
@@ -76,7 +79,7 @@ if (ap.length) {
   rows.push(['decision → tool run (ms), p50 | p99', 'report', `${r(f((x) => (x.decision_to_tool as { p50_ms: number }).p50_ms))} | ${r(f((x) => (x.decision_to_tool as { p99_ms: number }).p99_ms))}`, '-', '-', runsText(ap)]);
   rows.push(['Redis bytes per pending approval: whole parked task | record + transcript', 'report', `${r(f((x) => x.redis_bytes_per_parked_task as number), 0)} | ${r(f((x) => x.redis_bytes_approval_keys as number), 0)}`, '-', '-', runsText(ap)]);
 }
-printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
+printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION}${SINCE === undefined ? "" : ` measured since ${new Date(SINCE).toISOString()}`} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
   ['claim', 'goal', 'cadre', 'baseline', 'ratio', 'runs (1-min load)'] as Cell[], ...rows,
 ]);
 const byCommit = new Map<string, Set<string>>();
