@@ -3,7 +3,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent, waitUntil } from '@cadre/testing';
 import type { TeamEvent } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -279,5 +279,41 @@ describe('a worker killed while its approval waits', () => {
     } finally {
       other.kill('SIGKILL');
     }
+  });
+
+  it("a session's approvals are in the workspace's inbox stream too: asked, decided, and cancelled with its turn", async () => {
+    // Workspace wss is this test's alone (the operator key reaches it): its inbox log starts here.
+    const api = httpClient(stack.url, TEST_API_KEY);
+    const session = async (): Promise<string> => {
+      const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'wss', approval_policy: ASK_CALC });
+      expect(created.status).toBe(201);
+      return created.body.session.session_id;
+    };
+    const pendingOf = async (sessionId: string): Promise<Approval> => {
+      let found: Approval | undefined;
+      await waitUntil('the session to ask', async () => {
+        found = (await httpClient(second, TEST_API_KEY).get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=wss&session_id=${sessionId}&status=pending`)).body.approvals[0];
+        return found !== undefined;
+      });
+      return found!;
+    };
+    const decidedOne = await session();
+    await api.post(`/api/sessions/${decidedOne}/messages`, { content: `Sum ${calc('2+2')}` });
+    const first = await pendingOf(decidedOne);
+    expect((await httpClient(second, TEST_API_KEY).post(`/api/approvals/${first.approval_id}/decision`, { approved: true })).status).toBe(200);
+    const cancelledOne = await session();
+    await api.post(`/api/sessions/${cancelledOne}/messages`, { content: `Sum ${calc('3+3')}` });
+    const other = await pendingOf(cancelledOne);
+    expect((await api.post(`/api/sessions/${cancelledOne}/cancel`, {})).status).toBe(200);
+
+    const { frames } = await readInbox(second, TEST_API_KEY, 'workspace_id=wss', 4);
+    expect(frames.map((f) => [f.event, f.data.approval_id, f.data.status])).toEqual([
+      ['approval_requested', first.approval_id, 'pending'],
+      ['approval_decided', first.approval_id, 'approved'],
+      ['approval_requested', other.approval_id, 'pending'],
+      ['approval_decided', other.approval_id, 'cancelled'],
+    ]);
+    expect(frames[0]!.data).toMatchObject({ session_id: decidedOne, tool_name: 'calculate', workspace_id: 'wss' });
+    expect(frames[1]!.data).toMatchObject({ decided_by: 'operator-key' });
   });
 });

@@ -79,6 +79,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     fanout,
     defaultModel: config.model,
     models: config.extraModels.split(',').map((m) => m.trim()).filter(Boolean),
+    announceApprovals: (workspaceId, type, views) => approvalStore.announce(workspaceId, type, views),
   });
   const runApprovals = new RunApprovals({ runs: runStore, approvals: approvalStore });
   const approvals = new ApprovalService({

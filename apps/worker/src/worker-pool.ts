@@ -65,6 +65,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
+      announceApprovals: (workspaceId, type, views) => approvals.announce(workspaceId, type, views),
     }),
     cancels,
     store: sessionStore,

@@ -70,3 +70,9 @@ export async function afterDecision(queue: SessionQueue, sessionId: string, deci
   }
   if (wake > 0) await queue.enqueueTurn(sessionId, wake);
 }
+
+/**
+ * Tells the workspace's approvals inbox (GET /api/approvals/stream) about transitions the session's own script
+ * just recorded. Wired by the apps to ApprovalStore.announce; without it sessions' approvals stay in their own log.
+ */
+export type AnnounceApprovals = (workspaceId: string, type: 'approval_requested' | 'approval_decided', approvals: SessionApprovalView[]) => Promise<void>;

@@ -3,7 +3,7 @@ import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall 
 import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
-import { afterDecision } from './approvals.ts';
+import { afterDecision, approvalView, type AnnounceApprovals } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
@@ -28,6 +28,8 @@ export interface TurnRunnerDeps {
   watchSteering?: (sessionId: string, onSteer: () => void) => () => void;
   /** The workspace's approval rules (checked after the session's own); without it only the session's apply. */
   workspaceRules?: (workspaceId: string) => Promise<ApprovalRule[]>;
+  /** The workspace's approvals inbox hears of every approval asked, and every one expired, here. */
+  announceApprovals?: AnnounceApprovals;
 }
 
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
@@ -43,7 +45,8 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules'>>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'announceApprovals'>>;
+  private readonly announce: TurnRunnerDeps['announceApprovals'];
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
   private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
 
@@ -51,6 +54,7 @@ export class TurnRunner {
     this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
+    this.announce = deps.announceApprovals;
   }
 
   /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
@@ -160,6 +164,8 @@ export class TurnRunner {
       return; // decided in time, or the turn or session ended: nothing to expire
     }
     await afterDecision(this.deps.queue, sessionId, decided);
+    const head = this.announce ? await this.deps.store.sessionHead(sessionId) : null;
+    if (head) await this.announce?.(head.workspace_id, 'approval_decided', [approvalView(head.workspace_id, sessionId, decided.call)]);
   }
 
   /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
@@ -277,6 +283,8 @@ export class TurnRunner {
       fields: { turn_usage: JSON.stringify(usage) },
       events,
     });
+    const asks = clientCalls.filter((c) => c.approval);
+    if (asks.length > 0) await this.announce?.(state.workspace_id, 'approval_requested', asks.map((c) => approvalView(state.workspace_id, sid, c)));
     return false;
   }
 
