@@ -436,3 +436,22 @@ async function waitUntilNoActiveJobs(timeoutMs = 10_000): Promise<void> {
   }
   throw new Error(`agent jobs still active after ${timeoutMs} ms`);
 }
+
+describe('responses', () => {
+  it('show a task as the reference lists it: the team as asked for, the roster without internal fields', async () => {
+    const policy = { rules: [{ tool: 'calculate', action: 'deny', reason: 'no maths' }] };
+    const created = await api.post<{ task: any }>('/api/tasks', {
+      workspace_id: newWorkspace(),
+      goal: 'Shape check [[scripted:words=0]]',
+      team: { workers: [{ role: 'analyst', tools: ['calculate'], approval_policy: policy }] },
+    });
+    expect(created.status).toBe(201);
+    const { task } = (await api.get<{ task: any }>(`/api/tasks/${created.body.task.task_id}`)).body;
+    expect(Object.keys(task).sort()).toEqual(['created_at', 'failure_reason', 'finished_at', 'goal', 'last_seq', 'metadata', 'mode', 'result', 'started_at', 'status', 'task_id', 'team', 'updated_at', 'usage', 'workers', 'workspace_id']);
+    // The worker's rules are stored encoded for the Lua side; that encoding is not part of the API.
+    expect(Object.keys(task.team.workers[0]).sort()).toEqual(['instructions', 'role', 'tools']);
+    expect(Object.keys(task.workers[0]).sort()).toEqual(['attempt', 'failure_reason', 'host_id', 'result', 'role', 'status', 'usage', 'worker_id']);
+    // Nulls stay null through the serializer (a string schema would print "").
+    expect(created.body.task).toMatchObject({ status: 'queued', started_at: null, finished_at: null, result: null, failure_reason: null, usage: null });
+  });
+});

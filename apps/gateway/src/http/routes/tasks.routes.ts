@@ -4,7 +4,7 @@ import { idempotencyKeyOf } from '../error-handler.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
-import { cancelBody, createTaskBody, eventsQuery, listTasksQuery, streamQuery, taskParams } from '../schemas/tasks.schema.ts';
+import { cancelBody, createTaskBody, eventsQuery, eventsResponse, listTasksQuery, streamQuery, taskListResponse, taskParams, taskResponse } from '../schemas/tasks.schema.ts';
 import type { RoutesPlugin } from '../routes-plugin.ts';
 
 interface TaskParams {
@@ -30,23 +30,23 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
     if (typeof params?.task_id === 'string') params.task_id = taskIdFrom(params.task_id);
   });
 
-  app.post('/api/tasks', { schema: { body: createTaskBody } }, async (request, reply) => {
+  app.post('/api/tasks', { schema: { body: createTaskBody, response: { 200: taskResponse, 201: taskResponse } } }, async (request, reply) => {
     const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKeyOf(request.headers));
     return reply.status(created ? 201 : 200).send({ task });
   });
 
-  app.get('/api/tasks', { schema: { querystring: listTasksQuery } }, async (request) => {
+  app.get('/api/tasks', { schema: { querystring: listTasksQuery, response: { 200: taskListResponse } } }, async (request) => {
     const { workspace_id, status, cursor, limit } = request.query;
     return deps.tasks.list(request.principal, workspace_id, { status, cursor, limit: limit ?? 50 });
   });
 
-  app.get('/api/tasks/:task_id', { schema: { params: taskParams } }, async (request) => {
+  app.get('/api/tasks/:task_id', { schema: { params: taskParams, response: { 200: taskResponse } } }, async (request) => {
     return { task: await deps.tasks.get(request.principal, request.params.task_id) };
   });
 
   app.get(
     '/api/tasks/:task_id/events',
-    { schema: { params: taskParams, querystring: eventsQuery } },
+    { schema: { params: taskParams, querystring: eventsQuery, response: { 200: eventsResponse } } },
     async (request) => {
       const { task_id } = request.params;
       const afterSeq = request.query.after_seq ?? 0;
@@ -67,7 +67,7 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
 
   app.post(
     '/api/tasks/:task_id/cancel',
-    { schema: { params: taskParams, body: cancelBody } },
+    { schema: { params: taskParams, body: cancelBody, response: { 200: taskResponse } } },
     async (request) => {
       const reason = request.body?.reason ?? 'cancelled by request';
       return { task: await deps.tasks.cancel(request.principal, request.params.task_id, reason) };

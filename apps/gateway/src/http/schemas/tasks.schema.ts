@@ -123,3 +123,118 @@ export const listTasksQuery = {
   },
 } as const;
 
+
+// Response schemas: Fastify serializes each answer with them (fast-json-stringify) and leaves out every field
+// they do not name, so nothing internal (a roster's lease, a worker's encoded approval rules) reaches a client.
+// Nullable fields say so: a string schema would print null as "".
+
+const nullable = <T extends 'string' | 'integer'>(type: T) => ({ type: [type, 'null'] }) as const;
+
+export const usageSchema = {
+  type: 'object', additionalProperties: false,
+  required: ['prompt_tokens', 'completion_tokens', 'total_tokens'],
+  properties: { prompt_tokens: { type: 'integer' }, completion_tokens: { type: 'integer' }, total_tokens: { type: 'integer' } },
+} as const;
+
+const taskStatus = { type: 'string', enum: ['queued', 'running', 'completed', 'failed', 'cancelled'] } as const;
+
+/** A task as GET /api/tasks/:task_id shows it: its team as asked for (no encoded rules), its roster without leases. */
+export const taskSchema = {
+  type: 'object', additionalProperties: false,
+  required: ['task_id', 'workspace_id', 'goal', 'status', 'mode', 'team', 'metadata', 'created_at', 'updated_at', 'started_at', 'finished_at', 'result', 'failure_reason', 'usage', 'last_seq', 'workers'],
+  properties: {
+    task_id: { type: 'string' },
+    workspace_id: { type: 'string' },
+    goal: { type: 'string' },
+    status: taskStatus,
+    mode: { type: 'string', enum: ['named', 'planned'] },
+    team: {
+      type: 'object', additionalProperties: false,
+      properties: {
+        lead: { type: 'object', additionalProperties: false, properties: { instructions: { type: 'string' }, model: { type: 'string' } } },
+        workers: {
+          type: 'array',
+          items: { type: 'object', additionalProperties: false, properties: { role: { type: 'string' }, instructions: { type: 'string' }, model: { type: 'string' }, tools: { type: 'array', items: { type: 'string' } } } },
+        },
+        max_workers: { type: 'integer' },
+        approval_policy: approvalPolicySchema,
+      },
+    },
+    metadata: { type: 'object', additionalProperties: true },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+    started_at: nullable('string'),
+    finished_at: nullable('string'),
+    result: nullable('string'),
+    failure_reason: nullable('string'),
+    usage: { anyOf: [usageSchema, { type: 'null' }] },
+    last_seq: { type: 'integer' },
+    workers: {
+      type: 'array',
+      items: {
+        type: 'object', additionalProperties: false,
+        required: ['worker_id', 'role', 'status', 'attempt', 'host_id', 'result', 'failure_reason', 'usage'],
+        properties: {
+          worker_id: { type: 'string' },
+          role: { type: 'string' },
+          status: { type: 'string' },
+          attempt: { type: 'integer' },
+          host_id: nullable('string'),
+          result: nullable('string'),
+          failure_reason: nullable('string'),
+          usage: { anyOf: [usageSchema, { type: 'null' }] },
+        },
+      },
+    },
+  },
+} as const;
+
+export const taskResponse = { type: 'object', additionalProperties: false, required: ['task'], properties: { task: taskSchema } } as const;
+
+export const taskListResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['tasks', 'next_cursor'],
+  properties: {
+    tasks: {
+      type: 'array',
+      items: {
+        type: 'object', additionalProperties: false,
+        required: ['task_id', 'workspace_id', 'goal', 'status', 'mode', 'team_size', 'created_at', 'updated_at', 'finished_at', 'failure_reason', 'last_seq'],
+        properties: {
+          task_id: { type: 'string' },
+          workspace_id: { type: 'string' },
+          goal: { type: 'string' },
+          status: taskStatus,
+          mode: { type: 'string' },
+          team_size: { type: 'integer' },
+          created_at: { type: 'string' },
+          updated_at: { type: 'string' },
+          finished_at: nullable('string'),
+          failure_reason: nullable('string'),
+          last_seq: { type: 'integer' },
+        },
+      },
+    },
+    next_cursor: nullable('string'),
+  },
+} as const;
+
+/** One entry of a task's log (the polling and SSE shape); the payload is the event type's own. */
+export const teamEventSchema = {
+  type: 'object', additionalProperties: false,
+  required: ['seq', 'timestamp', 'event_type', 'worker_id', 'attempt', 'payload'],
+  properties: {
+    seq: { type: 'integer' },
+    timestamp: { type: 'string' },
+    event_type: { type: 'string' },
+    worker_id: nullable('string'),
+    attempt: { type: 'integer' },
+    payload: {},
+  },
+} as const;
+
+export const eventsResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['task_id', 'events', 'next_after_seq'],
+  properties: { task_id: { type: 'string' }, events: { type: 'array', items: teamEventSchema }, next_after_seq: { type: 'integer' } },
+} as const;
