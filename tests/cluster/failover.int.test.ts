@@ -1,16 +1,17 @@
 // A master of the Redis Cluster dies (kill -9) while team tasks run and are watched: its replica takes over, and
-// every task still ends, each log contiguous, and every watcher (resuming after an error with its last seq, as a
-// client does) has seen each event exactly once. The tests start clusters of their own, since they kill masters.
+// every task still ends, each log contiguous, and every watcher (resuming after an error
+// with its last seq, as a client does) has seen each event exactly once. The tests start Redis servers of their own,
+// since they kill masters.
 //
 // Redis replicates asynchronously: a write the master acknowledged but had not yet sent to its replica is gone
-// after the failover. The first test takes that out of the picture (writes paused and the replica caught up before
-// the kill) to check what the code guarantees; the second kills the master with writes in flight and reports what
-// the watchers saw that the surviving log does not hold.
+// after the failover. The in-sync tests take that out of the picture (writes paused and the replica caught up
+// before the kill) to check what the code guarantees; the other kills the master with writes in flight and reports
+// what the watchers saw that the surviving log does not hold. Last, the same team tasks through Sentinel.
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TeamEventProto } from '@cadre/protocol';
 import { KeyBuilder } from '@cadre/store';
-import { assertContiguous, grpcClient, pollUntilTerminal, startTestCluster, waitForEvent, watchTeam, type TestCluster } from '@cadre/testing';
+import { assertContiguous, grpcClient, pollUntilTerminal, startTestCluster, startTestSentinel, waitForEvent, watchTeam, type TestRedis } from '@cadre/testing';
 import { TestStack } from '../support/stack.ts';
 
 const TASKS = 6;
@@ -58,8 +59,8 @@ async function watchToEnd(target: string, taskId: string): Promise<Watched> {
 }
 
 /** Starts team tasks (two workers, then the lead) that take `answerMs` per model answer, watched from the start. */
-async function startTasks(cluster: TestCluster, count: number, answerMs: number): Promise<{ taskIds: string[]; watches: Promise<Watched>[] }> {
-  stack = await TestStack.start({ redis: cluster, workers: 2 });
+async function startTasks(redis: TestRedis, count: number, answerMs: number): Promise<{ taskIds: string[]; watches: Promise<Watched>[] }> {
+  stack = await TestStack.start({ redis, workers: 2 });
   const taskIds: string[] = [];
   for (let i = 0; i < count; i++) {
     const res = await fetch(`${stack.url}/api/tasks`, {
@@ -83,18 +84,6 @@ async function startTasks(cluster: TestCluster, count: number, answerMs: number)
   return { taskIds, watches };
 }
 
-/** Until the master's replica has received everything the master wrote (writes paused meanwhile by the caller). */
-async function replicaCaughtUp(master: Redis): Promise<void> {
-  for (;;) {
-    const info = await master.info('replication');
-    const offset = Number(/^master_repl_offset:(\d+)/m.exec(info)?.[1]);
-    const replica = /^slave0:.*offset=(\d+)/m.exec(info);
-    if (replica && Number(replica[1]) === offset) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/** Every task's final log, read over HTTP once the cluster has healed. */
 /** The worker an event of WatchTeam is about ('' for task events), as the HTTP log names it. */
 function workerOf(e: TeamEventProto): string {
   const variant = e.event as { value?: { workerId?: string } } | undefined;
@@ -119,13 +108,9 @@ describe('Redis Cluster failover', () => {
     const { taskIds, watches } = await startTasks(cluster, TASKS, 1500);
     const keys = new KeyBuilder(stack!.prefix);
     const victim = await cluster.masterOf(keys.task(taskIds[0]!).meta);
-    const admin = new Redis(victim.url, { maxRetriesPerRequest: 1 });
     // Writes wait (they are not refused) while the replica catches up; then the master dies with them unexecuted.
-    await admin.call('CLIENT', 'PAUSE', '10000', 'WRITE');
-    await replicaCaughtUp(admin);
-    admin.disconnect();
     const killedAt = Date.now();
-    await cluster.killMaster(victim);
+    await cluster.killMaster(victim, { inSync: true });
     const healedAt = Date.now();
 
     const logs = await finalLogs(taskIds);
@@ -174,4 +159,45 @@ describe('Redis Cluster failover', () => {
       + `tasks ${taskIds.map((id) => logs.get(id)!.at(-1)!.event_type.replace('task_', '')).join(',')}; `
       + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused: ${watched.filter((w) => w.refused).length}\n`);
   }, 180_000);
+});
+
+describe('Redis Sentinel', () => {
+  it('runs team tasks through the master a Sentinel names (REDIS_SENTINELS, REDIS_SENTINEL_NAME), watched to their end', async () => {
+    const sentinel = await startTestSentinel();
+    const { taskIds, watches } = await startTasks(sentinel, 3, 300);
+    const logs = await finalLogs(taskIds);
+    const watched = await Promise.all(watches);
+    for (const [i, id] of taskIds.entries()) {
+      const log = logs.get(id)!;
+      assertContiguous(log.map((e) => e.seq));
+      expect(log.at(-1)!.event_type).toBe('task_completed');
+      expect(watched[i]!.events.map((e) => [e.seq, e.eventType])).toEqual(log.map((e) => [e.seq, e.event_type]));
+    }
+    // Everything went to the master the Sentinel names, and reached its replica.
+    expect(await sentinel.currentMaster()).toBe(sentinel.master.port);
+    const replica = new Redis(sentinel.replica.url);
+    try {
+      expect(await replica.hget(new KeyBuilder(stack!.prefix).task(taskIds[0]!).meta, 'status')).toBe('completed');
+    } finally {
+      replica.disconnect();
+    }
+  }, 120_000);
+
+  it('the master killed mid-task (its replica in sync): Sentinel promotes the replica, every task ends, watchers see each event once', async () => {
+    const sentinel = await startTestSentinel();
+    const { taskIds, watches } = await startTasks(sentinel, 3, 1500);
+    const killedAt = Date.now();
+    await sentinel.killMaster({ inSync: true });
+    const promotedAt = Date.now();
+    const logs = await finalLogs(taskIds);
+    const watched = await Promise.all(watches);
+    for (const [i, id] of taskIds.entries()) {
+      const log = logs.get(id)!;
+      assertContiguous(log.map((e) => e.seq));
+      expect(log.at(-1)!.event_type, `task ${i}: ${log.map((e) => e.event_type).join(',')}`).toBe('task_completed');
+      expect(log.filter((e) => Date.parse(e.timestamp) >= killedAt).length).toBeGreaterThan(0);
+      expect(watched[i]!.events.map((e) => [e.seq, e.eventType])).toEqual(log.map((e) => [e.seq, e.event_type]));
+    }
+    process.stderr.write(`sentinel failover: replica promoted in ${promotedAt - killedAt} ms; watcher resumes ${watched.map((w) => w.resumes).join(',')}\n`);
+  }, 120_000);
 });

@@ -26,6 +26,8 @@ export interface EmbeddedRedisOptions {
   startTimeoutMs?: number;
   /** More redis-server arguments (e.g. `--cluster-enabled yes` for a test cluster's node). */
   extraArgs?: string[];
+  /** A config file, passed first (Sentinel mode needs one it can rewrite). */
+  configFile?: string;
 }
 
 export interface EmbeddedRedis {
@@ -223,7 +225,7 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
     }
     for (let attempt = 1; ; attempt++) {
       if (mayPickPort) port = await findFreePort(HOST);
-      const current = await launch(binary, serverArgs(port, dataDir, persist, opts.extraArgs ?? []));
+      const current = await launch(binary, [...(opts.configFile ? [opts.configFile] : []), ...serverArgs(port, dataDir, persist, opts.extraArgs ?? [])]);
       const outcome = await waitForPong(current, port, startTimeoutMs);
       if (outcome === 'ready') {
         run = current;

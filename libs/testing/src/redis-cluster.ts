@@ -3,6 +3,7 @@ import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import type { TestRedis } from './redis.ts';
+import { pauseUntilReplicated } from './replication.ts';
 
 const run = promisify(execFile);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -23,8 +24,11 @@ export interface TestCluster extends TestRedis {
   masterOf(key: string): Promise<EmbeddedRedis>;
   /** Until every slot is served by a master that answers and every replica has synced with its master. */
   waitHealthy(timeoutMs?: number): Promise<void>;
-  /** kill -9 a master; resolves once its replica has been promoted and the cluster is healthy again. */
-  killMaster(node: EmbeddedRedis): Promise<void>;
+  /**
+   * kill -9 a master; resolves once its replica has been promoted and the cluster is healthy again. `inSync`: first
+   * pause writes until the replica has everything (see pauseUntilReplicated).
+   */
+  killMaster(node: EmbeddedRedis, opts?: { inSync?: boolean }): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -34,7 +38,8 @@ export interface TestCluster extends TestRedis {
  */
 export async function startTestCluster(): Promise<TestCluster> {
   const nodes = await Promise.all(Array.from({ length: 6 }, () => startEmbeddedRedis({
-    extraArgs: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(CLUSTER_NODE_TIMEOUT_MS)],
+    // No delay before a replica's first sync (Redis waits 5 s for more replicas to share a diskless one).
+    extraArgs: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(CLUSTER_NODE_TIMEOUT_MS), '--repl-diskless-sync-delay', '0'],
   })));
   const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
   try {
@@ -81,8 +86,9 @@ export async function startTestCluster(): Promise<TestCluster> {
       }
       throw new Error(`the test cluster did not become healthy within ${timeoutMs} ms: ${last}`);
     },
-    async killMaster(node) {
+    async killMaster(node, opts = {}) {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
+      if (opts.inSync) await pauseUntilReplicated(node.url, replica.url);
       killNode(node);
       const conn = new Redis(replica.url, { maxRetriesPerRequest: 1 });
       try {
