@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { TEST_API_KEY } from '@cadre/testing';
+import { TEST_API_KEY, httpClient } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
@@ -226,5 +226,41 @@ describe('/ws (WindieOS agent socket)', () => {
     const done = await owner.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
     expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Tromsø$/);
     for (const c of [owner, intruder, stranger]) c.ws.close();
+  });
+});
+
+describe('/ws approvals (Cadre\'s approval-request / approval-response pair)', () => {
+  it('asks before a client tool; approval-response lets the tool-call go out; a reconnecting socket gets the request again', async () => {
+    const put = await httpClient(stack.url).request('PUT', '/api/workspaces/elsewhere/approval-policy', { rules: [{ tool: 'get_location', action: 'ask', reason: 'location is private', timeout_secs: 120 }] });
+    expect(put.status).toBe(200);
+    const first = new Client(OTHER_KEY);
+    await first.open();
+    first.send(handshake('dora'));
+    first.envelope('query', { text: 'Where? [[scripted:call=get_location({"precise":false})]]', conversation_ref: 'conv-appr' });
+    const ask = (await first.waitFor((all) => all.some((m) => m.type === 'approval-request'))).find((m) => m.type === 'approval-request')!;
+    expect(ask.payload).toMatchObject({ tool_name: 'get_location', parameters: { precise: false }, reason: 'location is private', timeout_secs: 120, metadata: { index: 1, count: 1 } });
+    // Nothing was sent to the client to run while the approval waits.
+    expect(first.messages.some((m) => m.type === 'tool-call')).toBe(false);
+    first.ws.close();
+    await first.closed;
+
+    const second = new Client(OTHER_KEY);
+    await second.open();
+    second.send(handshake('dora'));
+    second.envelope('query', { text: 'Still there?', conversation_ref: 'conv-appr' });
+    const again = (await second.waitFor((all) => all.some((m) => m.type === 'approval-request'))).find((m) => m.type === 'approval-request')!;
+    expect(again.payload.request_id).toBe(ask.payload.request_id);
+    second.envelope('approval-response', { request_id: ask.payload.request_id, approved: true });
+    const call = (await second.waitFor((all) => all.some((m) => m.type === 'tool-call'))).find((m) => m.type === 'tool-call')!;
+    expect(second.messages.find((m) => m.type === 'approval-resolved')!.payload).toMatchObject({ request_id: ask.payload.request_id, approved: true, status: 'approved' });
+    // A second answer is refused with an error and changes nothing; so is a malformed one.
+    second.envelope('approval-response', { request_id: ask.payload.request_id, approved: false });
+    second.envelope('approval-response', { request_id: ask.payload.request_id, approved: 'yes' });
+    const errors = await second.waitFor((msgs) => msgs.filter((m) => m.type === 'error').length >= 2);
+    expect(errors.filter((m) => m.type === 'error').map((m) => m.payload.message)).toEqual([expect.stringContaining('already approved'), expect.stringContaining('approved must be a boolean')]);
+    second.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'Bodø' } });
+    const all = await second.waitFor((msgs) => msgs.some((m) => m.type === 'streaming-complete'));
+    expect(all.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Bodø$/);
+    second.ws.close();
   });
 });

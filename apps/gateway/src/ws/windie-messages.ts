@@ -2,6 +2,7 @@
 // envelope), the {id, type, payload} envelope, and session log events turned into server messages.
 import { randomUUID } from 'node:crypto';
 import type { SessionEvent } from '@cadre/protocol';
+import { parseArguments } from '@cadre/session';
 
 export interface Envelope {
   id: string;
@@ -130,6 +131,18 @@ export function toServerMessages(sessionId: string, event: SessionEvent, answer:
         }),
         serverMessage('streaming-complete', { final_response: final }),
       ];
+    }
+    case 'approval_requested': {
+      // Cadre's approval pair (WindieOS has none): approval-request, answered by approval-response.
+      const p = event.payload;
+      return [serverMessage('approval-request', {
+        request_id: p.approval_id, tool_name: p.tool_name, parameters: parseArguments(p.arguments), reason: p.reason, timeout_secs: p.timeout_secs,
+        expires_at: p.expires_at, metadata: { tool_call_id: p.tool_call_id, index: p.index, count: p.count },
+      })];
+    }
+    case 'approval_resolved': {
+      const p = event.payload;
+      return [serverMessage('approval-resolved', { request_id: p.approval_id, approved: p.approved, status: p.status, reason: p.reason, metadata: { tool_call_id: p.tool_call_id } })];
     }
     case 'session_error':
       return [serverMessage('error', { message: event.payload.message })];

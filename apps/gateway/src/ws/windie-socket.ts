@@ -2,7 +2,7 @@ import type { WebSocket } from 'ws';
 import type { Logger } from '@cadre/observability';
 import type { SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, clientTools, type SessionEngine, type ToolInput } from '@cadre/session';
-import type { LogWatcher } from '@cadre/store';
+import { sessionOfApproval, type LogWatcher } from '@cadre/store';
 import { ApiError } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
@@ -165,6 +165,18 @@ export class WindieSocket {
         await sessions.submitToolResult(scope, sessionId, { tool_call_id: toolCallId, success: p.success, result });
         return;
       }
+      case 'approval-response': {
+        // Cadre's answer to an approval-request (WindieOS has no approval messages): request_id is the approval id.
+        checkPayload('approval-response', p, ['request_id', 'approved', 'reason'], ['request_id', 'approved']);
+        if (typeof p.approved !== 'boolean') throw new WindieProtocolError('approval-response: payload.approved must be a boolean');
+        if (p.reason !== undefined && typeof p.reason !== 'string') throw new WindieProtocolError('approval-response: payload.reason must be a string');
+        const approvalId = stringField('approval-response', p, 'request_id');
+        const sessionId = sessionOfApproval(approvalId);
+        if (!sessionId) throw new WindieProtocolError(`approval-response: unknown request_id "${approvalId.slice(0, 64)}"`);
+        await this.attach(sessionId);
+        await sessions.decideApproval(scope, sessionId, approvalId, p.approved, (p.reason as string | undefined) ?? (p.approved ? '' : 'denied by the user'), keyName(scope));
+        return;
+      }
       case 'tool-bundle-result':
         throw new WindieProtocolError('tool-bundle-result: no tool bundle is pending (Cadre sends client tools one tool-call at a time)');
       case 'rehydrate-conversation': {
@@ -237,8 +249,8 @@ export class WindieSocket {
   }
 
   /**
-   * Streams the session's events from now on to this socket (once per session). Tool calls still waiting for a
-   * client are sent again: a reconnected socket may have lost them.
+   * Streams the session's events from now on to this socket (once per session). Tool calls and approvals still
+   * waiting for a client are sent again: a reconnected socket may have lost them.
    */
   private async attach(sessionId: string): Promise<void> {
     if (this.watchers.has(sessionId)) return;
@@ -251,6 +263,9 @@ export class WindieSocket {
     const answer = { text: '' };
     for (const pending of await this.deps.sessions.pendingToolRequests(scope, sessionId, head)) {
       for (const m of toServerMessages(sessionId, { seq: pending.seq, timestamp: '', event_type: 'tool_request', payload: pending.payload }, answer)) this.send(m);
+    }
+    for (const pending of await this.deps.sessions.pendingApprovals(scope, sessionId, head)) {
+      for (const m of toServerMessages(sessionId, { seq: pending.seq, timestamp: '', event_type: 'approval_requested', payload: pending.payload }, answer)) this.send(m);
     }
     void (async () => {
       try {
