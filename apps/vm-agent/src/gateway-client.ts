@@ -1,7 +1,7 @@
 // The runs API as a VM worker sees it: heartbeat, worker-dispatched, relayed events. Wire types come from the
 // store's run contract (type-only: nothing of the store runs here).
 import { SpanKind, inSpan, traceHeaders } from '@cadre/observability';
-import type { AssignedRun, ControlCommand, ControlMode, VmWorker } from '@cadre/protocol';
+import type { AssignedRun, CallVerdict, ControlCommand, ControlMode, ProposedCall, RunApproval, VmWorker } from '@cadre/protocol';
 
 export type { AssignedRun, ControlCommand, ControlMode };
 
@@ -58,25 +58,6 @@ export class GatewayError extends Error {
 
 export const isFenced = (err: unknown): boolean => err instanceof GatewayError && err.code === 'fenced';
 export const isUnavailable = (err: unknown): boolean => err instanceof GatewayError && err.code === 'unavailable';
-
-/** A tool call as the vm-agent proposes it before running it. */
-export interface ProposedCall {
-  call_id: string;
-  tool_name: string;
-  arguments: string;
-}
-
-export type CallVerdict =
-  | { call_id: string; action: 'allow' }
-  | { call_id: string; action: 'deny'; reason: string }
-  | { call_id: string; action: 'ask'; approval_id: string; reason: string; timeout_secs: number; expires_at: number };
-
-export interface RunApproval {
-  approval_id: string;
-  status: 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled';
-  decision_reason?: string;
-  expires_at: number;
-}
 
 export interface GatewayClientOptions {
   baseUrl: string;

@@ -157,3 +157,26 @@ export interface RelayBody {
   lease_id?: string;
   batch_id?: string;
 }
+
+// Approvals of a VM run's tool calls (Cadre's addition): the vm-agent proposes a turn's calls, then polls each `ask`.
+
+/** A tool call a VM agent is about to run, as it asks about it. */
+export interface ProposedCall {
+  call_id: string;
+  tool_name: string;
+  arguments: string;
+}
+
+/** What the policy says about one call: run it, refuse it (the model gets the reason), or wait for `approval_id`. */
+export type CallVerdict =
+  | { call_id: string; action: 'allow' }
+  | { call_id: string; action: 'deny'; reason: string }
+  | { call_id: string; action: 'ask'; approval_id: string; reason: string; timeout_secs: number; expires_at: number };
+
+/** An approval as the vm-agent polls it. */
+export interface RunApproval {
+  approval_id: string;
+  status: 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled';
+  decision_reason?: string;
+  expires_at: number;
+}

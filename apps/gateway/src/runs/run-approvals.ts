@@ -1,19 +1,8 @@
 import { evaluatePolicy, newRunApprovalId, StoreError, type ApprovalRecord, type ApprovalStore, type RunStore } from '@cadre/store';
 import type { Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
+import type { CallVerdict, ProposedCall } from '@cadre/protocol';
 
-/** A tool call a VM agent is about to run, as it asks about it. */
-export interface ProposedCall {
-  call_id: string;
-  tool_name: string;
-  arguments: string;
-}
-
-/** What the policy says about one call: run it, refuse it (the model gets the reason), or wait for `approval_id`. */
-export type CallVerdict =
-  | { call_id: string; action: 'allow' }
-  | { call_id: string; action: 'deny'; reason: string }
-  | { call_id: string; action: 'ask'; approval_id: string; reason: string; timeout_secs: number; expires_at: number };
 
 /**
  * Approvals of VM runs. The vm-agent runs the agent loop on the VM, so it is the one that waits: it asks here
