@@ -3,7 +3,8 @@ import type { SessionEventInput } from '@cadre/protocol';
 /**
  * Coalesces a model stream's text and thinking deltas into few log events: consecutive pieces of one kind join
  * into one event, written when the flush timer fires (`flushMs` after the first unwritten piece), when the
- * caller drains it (a tool call or the turn's end), never once per token. One flush is in flight at a time,
+ * caller drains it (a tool call or the turn's end), never once per token. The stream's very first piece is
+ * written at once: a client waits for the first delta, and one write more per model call is cheap. One flush is in flight at a time,
  * so events reach the log in stream order.
  */
 export class DeltaBuffer {
@@ -11,6 +12,7 @@ export class DeltaBuffer {
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> = Promise.resolve();
   private failed: unknown;
+  private started = false;
   private readonly messageId: string;
   private readonly flushMs: number;
   private readonly write: (events: SessionEventInput[]) => Promise<unknown>;
@@ -28,6 +30,11 @@ export class DeltaBuffer {
     const last = this.pending.at(-1);
     if (last && last.event_type === type) last.payload.content += content;
     else this.pending.push({ event_type: type, payload: { message_id: this.messageId, content } });
+    if (!this.started) {
+      this.started = true;
+      this.flush();
+      return;
+    }
     this.timer ??= setTimeout(() => this.flush(), this.flushMs);
   }
 

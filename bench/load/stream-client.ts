@@ -1,0 +1,101 @@
+// Load generator for streaming.bench.ts, in a process of its own. mode cadre: N StreamSession calls (grpc-js, 4
+// channels), each sending `turns` UserMessages one after another and reading its TextDeltas. mode raw: the same
+// N × turns model streams read directly with the `openai` package from the scripted model. Each text delta's
+// arrival is stamped here; the chunks it covers give its lag (see chunkLags).
+import OpenAI from 'openai';
+import { SessionRequest, type AgentServiceClient } from '@cadre/protocol';
+import * as grpc from '@grpc/grpc-js';
+import { BENCH_API_KEY, grpcChannels } from '../support/harness.ts';
+import { argJson, commands, emit, f64ToBase64 } from '../support/child.ts';
+
+const o = argJson<{ mode: 'cadre' | 'raw'; target?: string; modelUrl?: string }>();
+
+interface Run {
+  sessions: number;
+  turns: number;
+  prompt: string;
+  chunkDelayMs: number;
+}
+
+/** Words the scripted model streams per chunk (libs/scripted-model README: "in groups of three words"). */
+const WORDS_PER_CHUNK = 3;
+
+/**
+ * One text delta arriving `at` ms after the message was sent, after `before` words of the answer had arrived:
+ * the model chunks it carries (by word count, the same on both sides) and each chunk's lag, its arrival minus
+ * the time the model's pacing (chunk_delay) scheduled it at. Coalescing shows as lag on all but a frame's last chunk.
+ */
+function chunkLags(before: string, text: string, at: number, chunkDelayMs: number, out: number[]): void {
+  const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
+  const first = Math.floor(words(before) / WORDS_PER_CHUNK);
+  const last = Math.ceil(words(before + text) / WORDS_PER_CHUNK);
+  for (let chunk = first; chunk < Math.max(last, first + 1); chunk++) out.push(at - chunk * chunkDelayMs);
+}
+
+type Turn = (prompt: string, onText: (text: string) => void) => Promise<void>;
+let openSession: () => Promise<{ turn: Turn; close: () => void }>;
+
+if (o.mode === 'raw') {
+  const client = new OpenAI({ baseURL: o.modelUrl!, apiKey: 'scripted', maxRetries: 0 });
+  openSession = async () => ({
+    turn: async (prompt, onText) => {
+      const stream = await client.chat.completions.create({ model: 'cadre-scripted', stream: true, messages: [{ role: 'user', content: prompt }] });
+      for await (const chunk of stream) {
+        const text = chunk.choices[0]?.delta?.content;
+        if (text) onText(text);
+      }
+    },
+    close: () => undefined,
+  });
+} else {
+  const channels = grpcChannels(o.target!, 4) as AgentServiceClient[];
+  let next = 0;
+  openSession = async () => {
+    const metadata = new grpc.Metadata();
+    metadata.set('authorization', `Bearer ${BENCH_API_KEY}`);
+    const call = channels[next++ % channels.length]!.streamSession(metadata);
+    let onFrame: (f: { response?: { $case: string; value: { content?: string } } }) => void = () => undefined;
+    call.on('data', (f) => onFrame(f));
+    call.on('error', () => undefined);
+    const started = new Promise<void>((resolve) => (onFrame = (f) => f.response?.$case === 'sessionStarted' && resolve()));
+    call.write(SessionRequest.fromPartial({ request: { $case: 'start', value: { environmentId: 'bench' } } }));
+    await started;
+    return {
+      turn: (prompt, onText) => new Promise<void>((resolve, reject) => {
+        onFrame = (f) => {
+          if (f.response?.$case === 'textDelta') onText(f.response.value.content ?? '');
+          else if (f.response?.$case === 'turnComplete') resolve();
+          else if (f.response?.$case === 'error') reject(new Error(`session error: ${JSON.stringify(f.response.value)}`));
+        };
+        call.write(SessionRequest.fromPartial({ request: { $case: 'userMessage', value: { content: prompt } } }));
+      }),
+      close: () => call.end(),
+    };
+  };
+}
+
+for await (const cmd of commands<Run & { cmd: string }>()) {
+  if (cmd.cmd !== 'run') break;
+  const sessions = await Promise.all(Array.from({ length: cmd.sessions }, () => openSession()));
+  const first: number[] = [];
+  const lags: number[] = [];
+  let deltas = 0;
+  const started = performance.now();
+  await Promise.all(sessions.map(async (s) => {
+    for (let t = 0; t < cmd.turns; t++) {
+      let text = '';
+      const t0 = performance.now();
+      await s.turn(cmd.prompt, (delta) => {
+        const at = performance.now() - t0;
+        if (text === '') first.push(at);
+        deltas++;
+        chunkLags(text, delta, at, cmd.chunkDelayMs, lags);
+        text += delta;
+      });
+    }
+  }));
+  const seconds = (performance.now() - started) / 1000;
+  for (const s of sessions) s.close();
+  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), turns: cmd.sessions * cmd.turns, deltas, seconds });
+}
+process.exit(0);

@@ -1,0 +1,106 @@
+// Streaming overhead: the same scripted model stream seen by a StreamSession client (gateway → BullMQ → worker →
+// `openai` → coalesced log writes → fan-out → gRPC) against the stream read directly with the `openai` package,
+// at 1 and at 100 concurrent sessions. Per turn: the first text delta after the message was sent, and each model
+// chunk's lag (its arrival minus the time the model's chunk_delay pacing scheduled it at; a chunk held back by
+// delta coalescing shows its wait). Redis commands and scripts per Cadre turn come from INFO commandstats of the
+// gateway's own redis-server. Gateway, worker pool, scripted model and both clients (bench/load/stream-client.ts)
+// are processes of their own; rounds alternate raw, cadre.
+//
+//   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
+import { BENCH_API_KEY, PROBE, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { summarize, type LatencySummary } from './support/latency.ts';
+import { loadText } from './support/machine.ts';
+import { base64ToF64 } from './support/child.ts';
+import { spawnNode, type Message } from './support/procs.ts';
+import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
+import { note, printTable, progress, saveResults } from './support/report.ts';
+import { alternate, median, range, type Sample } from './support/rounds.ts';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const LEVELS = (process.env.BENCH_LEVELS ?? '1,100').split(',').map(Number);
+const CHUNK_DELAY_MS = 20;
+// 60 filler words after the quote: ~23 chunks of three words, one every 20 ms (~0.45 s of streaming per turn).
+const PROMPT = `Stream a paragraph [[scripted:words=60]] [[scripted:chunk_delay=${CHUNK_DELAY_MS}]]`;
+const TURNS: Record<number, number> = { 1: 20 };
+const PREFIX = 'cadre';
+
+interface Figures {
+  sessions: number;
+  turns: number;
+  first_delta: LatencySummary;
+  chunk_lag: LatencySummary;
+  deltas_per_turn: number;
+  redis_commands_per_turn?: number;
+  redis_scripts_per_turn?: number;
+}
+
+async function main(): Promise<void> {
+  const redis = await startPrivateRedis();
+  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
+  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
+    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
+    if (m) resolve(m[1]!);
+  }));
+  const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: PREFIX });
+  const worker = spawnNode('apps/worker/src/main.ts', {
+    nodeArgs: ['--import', PROBE],
+    env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: PREFIX, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: String(Math.max(...LEVELS)) },
+  });
+  const raw = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'raw', modelUrl })] });
+  const cadre = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })], env: { CADRE_API_KEY: BENCH_API_KEY } });
+  const stats = new RedisStats(redis.url);
+  try {
+    const run = async (side: typeof raw, sessions: number, withRedis: boolean): Promise<Figures> => {
+      const turns = TURNS[sessions] ?? 2;
+      if (withRedis) await stats.reset();
+      side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
+      const done = await side.next<Message & { first: string; lags: string; turns: number; deltas: number }>('done', 120_000);
+      const first = base64ToF64(done.first);
+      const figures: Figures = {
+        sessions, turns: done.turns, first_delta: summarize(first), chunk_lag: summarize(base64ToF64(done.lags)), deltas_per_turn: round(done.deltas / done.turns, 1),
+      };
+      if (withRedis) {
+        const calls = await stats.counts();
+        figures.redis_commands_per_turn = round(totalCalls(calls) / done.turns, 1);
+        figures.redis_scripts_per_turn = round(((calls.evalsha ?? 0) + (calls.eval ?? 0)) / done.turns, 1);
+      }
+      return figures;
+    };
+    // One warm-up run per side (module caches, connections, JIT; the worker pool's start-up).
+    await run(raw, 1, false);
+    await run(cadre, 1, false);
+    const samples: Sample<Figures>[] = [];
+    for (const sessions of LEVELS) {
+      progress(`${sessions} concurrent session(s)`);
+      samples.push(...(await alternate(ROUNDS, { raw: () => run(raw, sessions, false), cadre: () => run(cadre, sessions, true) })));
+    }
+    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'load']];
+    for (const s of samples) {
+      rows.push([s.sessions, s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.load.loadavg[0]!]);
+    }
+    printTable(`Streaming: StreamSession vs the same stream read with openai (${PROMPT.length} chars, chunk_delay ${CHUNK_DELAY_MS} ms)`, rows);
+    const added: Record<string, unknown> = {};
+    for (const sessions of LEVELS) {
+      const pairs = Array.from({ length: ROUNDS }, (_, i) => {
+        const r = samples.find((s) => s.sessions === sessions && s.round === i + 1 && s.side === 'raw')!;
+        const c = samples.find((s) => s.sessions === sessions && s.round === i + 1 && s.side === 'cadre')!;
+        return { first_p50: c.first_delta.p50_ms - r.first_delta.p50_ms, lag_p99: c.chunk_lag.p99_ms - r.chunk_lag.p99_ms };
+      });
+      added[`at_${sessions}`] = pairs;
+      note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${median(pairs.map((p) => p.first_p50))} / ${median(pairs.map((p) => p.lag_p99))}`);
+    }
+    note(loadText());
+    saveResults('streaming', { prompt: PROMPT, chunk_delay_ms: CHUNK_DELAY_MS, samples, added });
+  } finally {
+    raw.send({ cmd: 'stop' });
+    cadre.send({ cmd: 'stop' });
+    await Promise.all([raw.exited, cadre.exited]);
+    await stats.close();
+    await worker.stop();
+    await gateway.stop();
+    await model.stop();
+    await redis.stop();
+  }
+}
+
+await main();
