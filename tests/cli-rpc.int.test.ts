@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY } from '@cadre/testing';
+import { TEST_API_KEY, httpClient } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 const BIN = join(fileURLToPath(new URL('../', import.meta.url)), 'apps/cli/src/main.ts');
@@ -26,11 +26,11 @@ class Rpc {
   readonly lines: Line[] = [];
   readonly exited: Promise<number | null>;
 
-  constructor() {
+  constructor(env: Record<string, string> = {}) {
     // An empty directory: no .cadre/ there, so the gateway and key come from the environment.
     this.child = spawn(process.execPath, [BIN, 'rpc'], {
       cwd: mkdtempSync(join(tmpdir(), 'cadre-rpc-')),
-      env: { PATH: process.env.PATH ?? '', CADRE_URL: stack.url, CADRE_API_KEY: TEST_API_KEY },
+      env: { PATH: process.env.PATH ?? '', CADRE_URL: stack.url, CADRE_API_KEY: TEST_API_KEY, ...env },
     });
     let buffer = '';
     this.child.stdout.on('data', (chunk: Buffer) => {
@@ -164,6 +164,37 @@ describe('cadre rpc (oh-my-pi RPC mode over stdio)', () => {
     expect(messages[1].content).toContainEqual({ type: 'toolCall', id: expect.any(String), name: 'calculate', arguments: { expression: '6*7' } });
     expect(messages[2]).toMatchObject({ toolCallId: messages[1].content.at(-1).id, isError: false, content: [{ type: 'text', text: '42' }] });
     expect(messages[3].content[0].text).toMatch(/using 1 tool result\(s\): 42$/);
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  });
+});
+
+describe('cadre rpc approvals (extension_ui_request confirm, answered by extension_ui_response or approve / deny)', () => {
+  it('a tool the workspace asks about is a confirm dialog; confirmed runs it, approve/deny name the approval', async () => {
+    const put = await httpClient(stack.url).request('PUT', '/api/workspaces/rpc-appr/approval-policy', { rules: [{ tool: 'current_time', action: 'ask', reason: 'clock access', timeout_secs: 60 }] });
+    expect(put.status).toBe(200);
+    const rpc = new Rpc({ CADRE_WORKSPACE: 'rpc-appr' });
+    rpc.send({ id: 'p1', type: 'prompt', message: 'Time? [[scripted:call=current_time({})]]' });
+    const ask = (await rpc.waitFor(count('extension_ui_request', 1))).find((l) => l.type === 'extension_ui_request')!;
+    expect(ask).toMatchObject({ method: 'confirm', title: 'Allow current_time?', message: 'clock access: current_time({})', timeout: 60_000, approval: { tool_name: 'current_time', index: 1, count: 1 } });
+    expect(rpc.lines.some((l) => l.type === 'tool_execution_start')).toBe(false);
+    rpc.send({ type: 'extension_ui_response', id: ask.id, confirmed: true });
+    const lines = await rpc.waitFor(count('agent_end', 1));
+    const types = lines.map((l) => l.type);
+    expect(types.indexOf('approval_resolved')).toBeLessThan(types.indexOf('tool_execution_start'));
+    expect(lines.find((l) => l.type === 'approval_resolved')).toMatchObject({ approval_id: ask.id, approved: true, status: 'approved' });
+    expect(lines.find((l) => l.type === 'tool_execution_end')).toMatchObject({ toolName: 'current_time', isError: false });
+
+    rpc.send({ id: 'p2', type: 'prompt', message: 'Again [[scripted:call=current_time({})]]' });
+    const second = (await rpc.waitFor(count('extension_ui_request', 2))).filter((l) => l.type === 'extension_ui_request')[1]!;
+    rpc.send({ id: 'd', type: 'deny', approval_id: second.id, reason: 'no clocks' });
+    expect(await rpc.response('d')).toMatchObject({ command: 'deny', success: true, data: { approval_id: second.id, status: 'denied', decision_reason: 'no clocks' } });
+    rpc.send({ id: 'again', type: 'approve', approval_id: second.id });
+    expect(await rpc.response('again')).toMatchObject({ command: 'approve', success: false, error: expect.stringContaining('already denied') });
+    const end = await rpc.waitFor(count('agent_end', 2));
+    expect(end.filter((l) => l.type === 'tool_execution_end').at(-1)).toMatchObject({ isError: true, result: 'denied: no clocks' });
+    rpc.send({ id: 'bad', type: 'approve' });
+    expect(await rpc.response('bad')).toMatchObject({ success: false, error: 'approve: "approval_id" must be a non-empty string' });
     rpc.child.stdin.end();
     expect(await rpc.exited).toBe(0);
   });

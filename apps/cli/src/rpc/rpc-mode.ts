@@ -168,6 +168,22 @@ export class RpcMode {
         if (typeof c.name !== 'string' || c.name.trim() === '') return { error: 'name must be a non-empty string' };
         this.sessionName = c.name;
         return {};
+      case 'approve':
+      case 'deny': {
+        // Cadre's commands for an approval the session asks (its extension_ui_request's id is the approval id).
+        if (typeof c.approval_id !== 'string' || c.approval_id === '') return { error: `${c.type}: "approval_id" must be a non-empty string` };
+        if (c.reason !== undefined && typeof c.reason !== 'string') return { error: `${c.type}: "reason" must be a string` };
+        return { data: await this.decide(c.approval_id, c.type === 'approve', c.reason as string | undefined) };
+      }
+      case 'extension_ui_response': {
+        // oh-my-pi's answer to a confirm dialog: confirmed true approves, false or cancelled denies. No response
+        // line, as oh-my-pi; a refused answer is reported as a failed response.
+        if (typeof c.id !== 'string' || (typeof c.confirmed !== 'boolean' && c.cancelled !== true)) {
+          return { error: 'extension_ui_response needs an "id" and "confirmed" (boolean) or "cancelled": true' };
+        }
+        await this.decide(c.id, c.confirmed === true, c.confirmed === true ? undefined : c.cancelled === true ? 'cancelled in the dialog' : 'denied in the dialog');
+        return undefined;
+      }
       case 'bash':
         return this.runBash(c);
       case 'abort_bash':
@@ -198,6 +214,12 @@ export class RpcMode {
         resolve({ data: { output: output.slice(-100_000), exitCode: code, cancelled: signal !== null, truncated: output.length > 100_000 } });
       });
     });
+  }
+
+  private async decide(approvalId: string, approved: boolean, reason: string | undefined): Promise<unknown> {
+    const body = { approved, ...(reason !== undefined && { reason }) };
+    const decided = await this.client.call('POST', `/api/approvals/${encodeURIComponent(approvalId)}/decision`, body, this.client.taskHeaders());
+    return decided.approval;
   }
 
   private async session(): Promise<string> {
@@ -251,6 +273,15 @@ export class RpcMode {
       case 'turn_complete':
         this.lastText = this.currentText;
         return [{ type: 'message_end', message: { role: 'assistant', content: this.currentText } }, { type: 'turn_end', stopReason: p.stop_reason, usage: p.usage }, { type: 'agent_end' }];
+      case 'approval_requested':
+        // oh-my-pi's extension UI confirm dialog; answered by extension_ui_response (or Cadre's approve / deny).
+        return [{
+          type: 'extension_ui_request', id: p.approval_id, method: 'confirm', title: `Allow ${p.tool_name}?`,
+          message: `${p.reason}: ${p.tool_name}(${p.arguments})`, timeout: p.timeout_secs * 1000,
+          approval: { approval_id: p.approval_id, tool_call_id: p.tool_call_id, tool_name: p.tool_name, arguments: p.arguments, reason: p.reason, index: p.index, count: p.count },
+        }];
+      case 'approval_resolved':
+        return [{ type: 'approval_resolved', ...p }];
       case 'session_error':
         return [{ type: 'error', code: p.code, message: p.message }];
       default:
