@@ -316,4 +316,39 @@ describe('a worker killed while its approval waits', () => {
     expect(frames[0]!.data).toMatchObject({ session_id: decidedOne, tool_name: 'calculate', workspace_id: 'wss' });
     expect(frames[1]!.data).toMatchObject({ decided_by: 'operator-key' });
   });
+
+  it('scope "session": the same tool and arguments no longer ask for the rest of the session; other arguments still do', async () => {
+    const api = httpClient(stack.url, TEST_API_KEY);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'wss2', approval_policy: ASK_CALC });
+    const sessionId = created.body.session.session_id;
+    type Ev = { seq: number; event_type: string; payload: { approval_id?: string; arguments?: string } };
+    const eventsAfter = async (afterSeq: number, type: string): Promise<Ev[]> => {
+      let found: Ev[] = [];
+      await waitUntil(`a ${type} after seq ${afterSeq}`, async () => {
+        found = (await api.get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?after_seq=${afterSeq}&limit=1000`)).body.events;
+        return found.some((e) => e.event_type === type);
+      });
+      return found;
+    };
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${calc('2+2')}` });
+    const asked = (await eventsAfter(0, 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+    // A team worker's scope is refused for a session's approval, and nothing is written.
+    expect((await api.post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true, scope: 'task' })).status).toBe(400);
+    const decided = await httpClient(second, TEST_API_KEY).post<{ approval: Approval }>(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true, scope: 'session' });
+    expect(decided.body.approval).toMatchObject({ status: 'approved', scope: 'session' });
+    const firstTurn = await eventsAfter(0, 'turn_complete');
+    const end1 = firstTurn.find((e) => e.event_type === 'turn_complete')!.seq;
+
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Again ${calc('2+2')}` });
+    const second2 = await eventsAfter(end1, 'turn_complete');
+    // The model called calculate with the same arguments again, and it ran without asking.
+    expect(second2.filter((e) => e.event_type === 'tool_call').map((e) => e.payload.arguments)).toEqual(['{"expression":"2+2"}']);
+    expect(second2.some((e) => e.event_type === 'approval_requested')).toBe(false);
+    const end2 = second2.find((e) => e.event_type === 'turn_complete')!.seq;
+
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Other ${calc('3+3')}` });
+    const third = (await eventsAfter(end2, 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+    expect(third.payload.arguments).toBe('{"expression":"3+3"}');
+    expect((await api.post(`/api/approvals/${third.payload.approval_id}/decision`, { approved: false })).status).toBe(200);
+  });
 });

@@ -45,6 +45,7 @@ export interface SessionApprovalView {
   decided_at?: number;
   decided_by?: string;
   decision_reason?: string;
+  scope?: 'once' | 'session';
 }
 
 export function approvalView(workspaceId: string, sessionId: string, call: ClientCall): SessionApprovalView {
@@ -56,6 +57,7 @@ export function approvalView(workspaceId: string, sessionId: string, call: Clien
     ...(a.decided_at !== undefined && { decided_at: a.decided_at }),
     ...(a.decided_by !== undefined && { decided_by: a.decided_by }),
     ...(a.decision_reason !== undefined && { decision_reason: a.decision_reason }),
+    ...(a.scope !== undefined && { scope: a.scope }),
   };
 }
 

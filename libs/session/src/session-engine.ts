@@ -265,15 +265,16 @@ export class SessionEngine {
   /**
    * Decides an approval of the session's current turn, once (a second decision: conflict). `id` is the approval
    * id or the call's tool_call_id (roz's PermissionDecision and kontekst's ApproveTool name the call).
-   * `decidedBy` is the deciding key's name, never the key.
+   * `decidedBy` is the deciding key's name, never the key. `reach` `session`: the same tool and arguments no longer
+   * ask for the rest of the session.
    */
-  async decideApproval(scope: Scope, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string): Promise<SessionApprovalView> {
+  async decideApproval(scope: Scope, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string, reach: 'once' | 'session' = 'once'): Promise<SessionApprovalView> {
     checkText(id, 256, 'approval_id', true);
     checkText(reason, L.reason, 'reason');
     const session = await this.get(scope, sessionId);
     let decided;
     try {
-      decided = await this.mapped(this.deps.store.decideApproval(sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy));
+      decided = await this.mapped(this.deps.store.decideApproval(sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach));
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_not_found') throw new SessionEngineError('not_found', `approval ${id} not found`);
       if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);

@@ -2,7 +2,7 @@ import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
-import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
+import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision, approvalView, type AnnounceApprovals } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
@@ -237,7 +237,10 @@ export class TurnRunner {
     }
     const clientTools = new Map(state.tools.map((t) => [t.name, t]));
     const rules = [...state.approval_policy, ...(await this.workspaceRules(state.workspace_id))];
-    const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
+    const policy = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
+    // An approval for the rest of the session covers the same tool and arguments: those calls go ahead unasked.
+    const granted = !policy.some((v) => v.action === 'ask') ? [] : await store.granted(sid, calls.map((c, i) => (policy[i]!.action === 'ask' ? { tool: c.function.name, arguments: c.function.arguments } : { tool: '', arguments: '' })));
+    const verdicts: PolicyVerdict[] = policy.map((v, i) => (v.action === 'ask' && granted[i] ? { action: 'allow' } : v));
     const asked = verdicts.filter((v) => v.action === 'ask').length;
     const now = Date.now();
     const clientCalls: ClientCall[] = [];

@@ -36,6 +36,7 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{s:<id>}:calls       hash: tool_call_id → the current turn's client tool call (JSON)
  *   <prefix>:{s:<id>}:steer       list: queued steering messages (JSON {input_id, content, queued_at}), oldest first
  *   <prefix>:{s:<id>}:followup    list: queued follow-up messages, same shape (see lua/includes/session-inputs.lua)
+ *   <prefix>:{s:<id>}:grants      set: approvalGrant(tool, arguments) approved for the rest of the session
  *
  *   <prefix>:{w:<ws>}:conv    hash: WindieOS conversation_ref → `<owner> <sessionId>` (owner: the key that bound it)
  *
@@ -169,6 +170,11 @@ export class KeyBuilder {
   /** The shard channel announcing appends to a task's log (its slot: the task's append scripts SPUBLISH on it). */
   taskAppended(taskId: string): string {
     return `${this.prefix}:{t:${taskId}}:appended`;
+  }
+
+  /** approvalGrant(tool, arguments) approved for the rest of the session (lua/decideSessionApproval-5.lua). */
+  sessionGrants(sessionId: string): string {
+    return `${this.prefix}:{s:${sessionId}}:grants`;
   }
 
   sessionAppended(sessionId: string): string {

@@ -7,6 +7,7 @@ import { StoreError, checkCursor, sessionScriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ApprovalRule } from './approval-store.ts';
+import { approvalGrant } from './approval-policy.ts';
 import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
@@ -238,12 +239,31 @@ export class SessionStore {
    * Returns the call as it is now and the wake to enqueue (0: the turn still waits, or is not parked).
    * Throws approval_not_found (none in the current turn) or approval_decided (a second decision).
    */
-  async decideApproval(sessionId: string, id: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string): Promise<{ call: ClientCall; wake: number }> {
-    const [code, raw] = await this.scripts.decideSessionApproval(...this.k(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId));
+  /**
+   * Decides an approval of the current turn once. Scope `session` (approved only) also grants the same tool and
+   * arguments for the rest of the session; the grant is computed from the call as it stands here (a call's tool
+   * and arguments never change once asked).
+   */
+  async decideApproval(sessionId: string, id: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string, scope: 'once' | 'session' = 'once'): Promise<{ call: ClientCall; wake: number }> {
+    let grant = '';
+    if (scope === 'session' && status === 'approved') {
+      const call = (await this.turnCalls(sessionId)).find((c) => c.tool_call_id === id || c.approval?.approval_id === id);
+      if (call) grant = approvalGrant(call.tool_name, call.arguments);
+    }
+    const [code, raw] = await this.scripts.decideSessionApproval(
+      ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant, this.retentionSec,
+    );
     if (code === -9) throw new StoreError('approval_not_found', `no pending approval ${id} in session ${sessionId}`);
     if (code === -10) throw new StoreError('approval_decided', `approval ${id} is already ${(JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided'}`);
     if (code < 0) throw sessionScriptError(code, 'approval decision');
     return { call: JSON.parse(raw!) as ClientCall, wake: code };
+  }
+
+  /** Which of these calls an approval for the rest of the session already covers. */
+  async granted(sessionId: string, calls: readonly { tool: string; arguments: string }[]): Promise<boolean[]> {
+    if (calls.length === 0) return [];
+    const hits = await this.redis.smismember(this.keys.sessionGrants(sessionId), ...calls.map((c) => approvalGrant(c.tool, c.arguments)));
+    return hits.map((h) => h === 1);
   }
 
   /** The current turn's calls (approvals included), in the model's order. */

@@ -28,7 +28,7 @@ export interface NewSession {
   stop_on_denial: boolean;
 }
 
-/** The approval a call waits for (or had), kept on the call in the calls hash (lua/decideSessionApproval-4.lua). */
+/** The approval a call waits for (or had), kept on the call in the calls hash (lua/decideSessionApproval-5.lua). */
 export interface CallApproval {
   approval_id: string;
   status: ApprovalStatus;
@@ -41,6 +41,8 @@ export interface CallApproval {
   /** The deciding key's name ('' for a timeout or a cancel), never the key. */
   decided_by?: string;
   decision_reason?: string;
+  /** `session`: the approval also covers later calls of the same tool and arguments in the session. */
+  scope?: 'once' | 'session';
   /** The seq of the call's approval_requested event. */
   request_seq?: number;
 }

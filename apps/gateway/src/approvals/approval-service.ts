@@ -156,8 +156,8 @@ export class ApprovalService {
     this.checkDecision(record, decision);
     const sessionId = sessionOfApproval(approvalId);
     if (sessionId) {
-      const { approved, reason } = decision;
-      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal));
+      const { approved, reason, scope } = decision;
+      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), scope === 'session' ? 'session' : 'once');
     }
     const runId = runOfApproval(approvalId);
     if (runId) {
@@ -236,8 +236,8 @@ export class ApprovalService {
     if (ofRun && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a VM run\'s approval takes scope "once" only');
     if (ofRun && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a VM run\'s approval cannot be amended with a modifier (its tools\' schemas live on the VM)');
     const ofSession = 'session_id' in record;
-    // The session engine records a plain approve/deny; scope and modifier apply to team workers' approvals.
-    if (ofSession && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a session\'s approval takes scope "once" only');
+    // A session's client tools have their schemas with the client, so a session's approval takes no modifier.
+    if (ofSession && decision.scope === 'task') throw new ApiError('invalid_argument', 'scope "task" applies to a team worker\'s approvals; this one is a session\'s (use "session")');
     if (ofSession && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a session\'s approval cannot be amended with a modifier');
     if (!ofSession && decision.scope === 'session') throw new ApiError('invalid_argument', 'scope "session" applies to a session\'s approvals; this one is a team worker\'s (use "task")');
     if (decision.modifier === undefined) return;

@@ -3,10 +3,13 @@
   job). Approved: a builtin call becomes `approved` (the worker runs it when the turn goes on); a client call
   becomes a plain client call, its tool_request is appended now and its own deadline starts. Denied or expired:
   the call is settled with a tool error the model sees. When that was the last call the parked turn waited for,
-  the turn is woken (status `running`, `wake` + 1) and the caller enqueues the continuation.
-  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
+  the turn is woken (status `running`, `wake` + 1) and the caller enqueues the continuation. An approval for the
+  rest of the session also grants the same tool and arguments (KEYS[5]), so later calls like it do not ask.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] grants set
   ARGV[1] sessionId   ARGV[2] approval_id, or the call's tool_call_id   ARGV[3] approved | denied | expired
   ARGV[4] reason   ARGV[5] decided_by (a key's name)   ARGV[6] max events   ARGV[7] channel
+  ARGV[8] scope: once | session   ARGV[9] the grant (approvalGrant of tool and arguments) for scope session, else ''
+  ARGV[10] the grants set's expiry in seconds
   Returns { wake to enqueue (> 0) or 0, the call JSON }, or { -1 } no such session, { -2 } session closed,
   { -9 } no such approval in the current turn, { -10, call JSON } already decided.
 ]]
@@ -30,10 +33,15 @@ local now = nowMs()
 local approved = ARGV[3] == 'approved'
 call.approval.status, call.approval.decided_at = ARGV[3], now
 call.approval.decided_by, call.approval.decision_reason = ARGV[5], ARGV[4]
+call.approval.scope = ARGV[8]
+if approved and ARGV[9] ~= '' then
+  redis.call('SADD', KEYS[5], ARGV[9])
+  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[10]))
+end
 local maxLen, channel = ARGV[6], ARGV[7]
 appendEvent(ARGV[1], maxLen, channel, 'approval_resolved', cjson.encode({
   approval_id = call.approval.approval_id, tool_call_id = call.tool_call_id, tool_name = call.tool_name,
-  approved = approved, status = ARGV[3], reason = ARGV[4], decided_by = ARGV[5],
+  approved = approved, status = ARGV[3], reason = ARGV[4], decided_by = ARGV[5], scope = ARGV[8],
 }))
 if approved and call.builtin then
   call.status = 'approved'
