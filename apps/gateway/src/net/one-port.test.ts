@@ -132,7 +132,9 @@ describe('listenOnePort', () => {
         stream.write(request);
       });
     const names = (await ask({ listServices: '' })).listServicesResponse!.service.map((s) => s.name).sort();
-    expect(names).toEqual(['grpc.health.v1.Health', 'roz.v1.AgentService']);
+    // The descriptor set holds every service the gateway serves on its port (roz and kontekst), whatever this
+    // test server registers.
+    expect(names).toEqual(['grpc.health.v1.Health', 'kontekst.AgentService', 'kontekst.DaemonService', 'roz.v1.AgentService']);
     // Each service's file and its imports, as a reflection client (grpcurl, buf curl) links them.
     const files = new Map<string, FileDescriptorProto>();
     const roots: FileDescriptorProto[] = [];
@@ -170,6 +172,9 @@ describe('listenOnePort', () => {
       'grpc.health.v1.Health/Check',
       'grpc.health.v1.Health/List',
       'grpc.health.v1.Health/Watch',
+      'kontekst.AgentService/Run',
+      'kontekst.DaemonService/GetStatus',
+      'kontekst.DaemonService/Shutdown',
       'roz.v1.AgentService/StreamSession',
       'roz.v1.AgentService/WatchTeam',
     ]);
