@@ -31,7 +31,7 @@ beforeAll(async () => {
   stack = await TestStack.start({
     gateways: 2,
     workers: 0,
-    env: { CADRE_API_KEYS: `${WS}:${KEY},elsewhere:${OTHER_KEY}`, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' },
+    env: { CADRE_API_KEYS: `${WS}:${KEY},elsewhere:${OTHER_KEY}`, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1500' },
   });
   agent = await stack.spawnVmAgent(WS, 'vm-approvals-1', { RUNS_API_KEY: RUNS_KEY });
 });
@@ -139,5 +139,27 @@ describe('tool approvals for VM runs', () => {
     const log = await events(runId);
     expect(log.find((e) => e.event_type === 'approval-resolved')!.payload).toMatchObject({ approved: false, status: 'expired', reason: 'approval timed out' });
     expect(JSON.stringify(log.find((e) => e.event_type === 'assistant-message')!.payload)).toContain('approval timed out');
+  });
+
+  it('kill -9 of the vm-agent while its call waits: the lost lease cancels the approval, and the next agent asks again', async () => {
+    const put = await httpClient(stack.url, KEY).request('PUT', `/api/workspaces/${WS}/approval-policy`, { rules: [{ tool: 'shell', action: 'ask' }] });
+    expect(put.status).toBe(200);
+    const runId = await startRun(`Echo ${SHELL}`);
+    const lost = await pendingOf(runId);
+    agent.kill('SIGKILL');
+    await waitUntil('the lost lease to cancel the approval', async () => (await second().get<{ approval: Approval }>(`/api/approvals/${lost.approval_id}`)).body.approval.status === 'cancelled');
+    agent = await stack.spawnVmAgent(WS, 'vm-approvals-2', { RUNS_API_KEY: RUNS_KEY });
+    let again: Approval | undefined;
+    await waitUntil('the next agent to ask again', async () => {
+      again = (await second().get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=${WS}&run_id=${runId}&status=pending`)).body.approvals[0];
+      return again !== undefined;
+    });
+    expect(again!.approval_id).not.toBe(lost.approval_id);
+    expect((await second().post(`/api/approvals/${again!.approval_id}/decision`, { approved: true })).status).toBe(200);
+    await waitUntil('the run to complete', async () => (await statusOf(runId)) === 'completed');
+    const log = await events(runId);
+    const resolved = log.filter((e) => e.event_type === 'approval-resolved').map((e) => [e.payload.approval_id, e.payload.status]);
+    expect(resolved).toEqual([[lost.approval_id, 'cancelled'], [again!.approval_id, 'approved']]);
+    expect(log.map((e) => e.event_type)).toContain('run-worker-lost');
   });
 });
