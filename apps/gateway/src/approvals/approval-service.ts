@@ -236,7 +236,7 @@ export class ApprovalService {
     if (ofRun && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a VM run\'s approval takes scope "once" only');
     if (ofRun && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a VM run\'s approval cannot be amended with a modifier (its tools\' schemas live on the VM)');
     const ofSession = 'session_id' in record;
-    // A session's client tools have their schemas with the client, so a session's approval takes no modifier.
+    // A session's approval takes no modifier yet: its script would have to rewrite the call's pending tool_request.
     if (ofSession && decision.scope === 'task') throw new ApiError('invalid_argument', 'scope "task" applies to a team worker\'s approvals; this one is a session\'s (use "session")');
     if (ofSession && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a session\'s approval cannot be amended with a modifier');
     if (!ofSession && decision.scope === 'session') throw new ApiError('invalid_argument', 'scope "session" applies to a session\'s approvals; this one is a team worker\'s (use "task")');
