@@ -86,6 +86,14 @@ export default tseslint.config(
     ignores: ['**/*.test.ts'],
     rules: { 'no-restricted-syntax': ['error', ...STORE_ONLY] },
   },
+  // A coded error is built by its own constructor, so its code is always set.
+  {
+    files: ['libs/*/src/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-syntax': ['error', { selector: "TSAsExpression[expression.type='NewExpression'][typeAnnotation.typeName.name=/Error$/]", message: 'Construct the typed error (new StoreError(code, message)); do not cast an Error to it.' }],
+    },
+  },
   // Routes take their request types from their schemas (RoutesPlugin's type provider): a hand-written
   // `app.post<{ Body: ... }>` would sit beside the schema and drift from it.
   {
