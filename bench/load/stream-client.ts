@@ -1,14 +1,17 @@
-// Load generator for streaming.bench.ts, in a process of its own. mode cadre: N StreamSession calls (grpc-js, 4
-// channels), each sending `turns` UserMessages one after another and reading its TextDeltas. mode raw: the same
+// Load generator for streaming.bench.ts and ws.bench.ts, in a process of its own. mode cadre: N StreamSession calls
+// (grpc-js, 4 channels), each sending `turns` UserMessages one after another and reading its TextDeltas. mode ws:
+// N /ws sockets (the WindieOS protocol), each sending `turns` queries on its own conversation_ref and reading its
+// streaming-response messages up to streaming-complete. mode raw: the same
 // N × turns model streams read directly with the `openai` package from the scripted model. Each text delta's
 // arrival is stamped here; the chunks it covers give its lag (see chunkLags).
 import OpenAI from 'openai';
 import { SessionRequest, type AgentServiceClient } from '@cadre/protocol';
 import * as grpc from '@grpc/grpc-js';
+import WebSocket from 'ws';
 import { BENCH_API_KEY, grpcChannels } from '../support/harness.ts';
 import { argJson, commands, emit, f64ToBase64 } from '../support/child.ts';
 
-const o = argJson<{ mode: 'cadre' | 'raw'; target?: string; modelUrl?: string }>();
+const o = argJson<{ mode: 'cadre' | 'raw' | 'ws'; target?: string; modelUrl?: string }>();
 
 interface Run {
   sessions: number;
@@ -47,6 +50,28 @@ if (o.mode === 'raw') {
     },
     close: () => undefined,
   });
+} else if (o.mode === 'ws') {
+  let next = 0;
+  openSession = async () => {
+    const socket = new WebSocket(`ws://${o.target!}/ws`, { headers: { authorization: `Bearer ${BENCH_API_KEY}` } });
+    await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+    socket.send(JSON.stringify({ type: 'handshake', user_id: 'bench' }));
+    const ref = `bench-${process.pid}-${next++}`;
+    let onMessage: (m: { type: string; payload: { text?: string; message?: string } }) => void = () => undefined;
+    socket.on('message', (data) => onMessage(JSON.parse(data.toString()) as never));
+    let id = 0;
+    return {
+      turn: (prompt, onText) => new Promise<void>((resolve, reject) => {
+        onMessage = (m) => {
+          if (m.type === 'streaming-response') onText(m.payload.text ?? '');
+          else if (m.type === 'streaming-complete') resolve();
+          else if (m.type === 'error') reject(new Error(`ws error: ${m.payload.message ?? ''}`));
+        };
+        socket.send(JSON.stringify({ id: `${ref}-${id++}`, type: 'query', payload: { text: prompt, conversation_ref: ref } }));
+      }),
+      close: () => socket.close(),
+    };
+  };
 } else {
   const channels = grpcChannels(o.target!, 4) as AgentServiceClient[];
   let next = 0;
