@@ -3,6 +3,7 @@
 // session on a gateway through the HTTP session API, so the conversation outlives this process.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { followStream, type StreamHandle } from '@cadre/board';
 import type { CadreClient } from '../client.ts';
 
 // Commands from stdin and gateway answers are untyped JSON, checked field by field where they are used.
@@ -23,9 +24,7 @@ export class RpcMode {
   private readonly workspace: string;
   private readonly out: Out;
   private sessionId: string | null = null;
-  private afterSeq = 0;
-  private polling = false;
-  private stopped = false;
+  private events: StreamHandle | null = null;
   private lastText = '';
   private currentText = '';
   private sessionName = '';
@@ -51,7 +50,7 @@ export class RpcMode {
       }
       await this.dispatch(command);
     }
-    this.stopped = true;
+    this.events?.close();
     this.bash?.kill();
   }
 
@@ -114,6 +113,7 @@ export class RpcMode {
         return undefined;
       }
       case 'new_session':
+        this.events?.close();
         this.sessionId = null;
         await this.session();
         return { data: { cancelled: false, sessionId: this.sessionId } };
@@ -226,28 +226,25 @@ export class RpcMode {
     if (this.sessionId) return this.sessionId;
     const created = await this.client.call('POST', '/api/sessions', { workspace_id: this.workspace }, this.client.taskHeaders());
     this.sessionId = created.session.session_id as string;
-    this.afterSeq = 0;
-    void this.pump(this.sessionId);
+    this.follow(this.sessionId);
     return this.sessionId;
   }
 
-  /** Polls the session's events and writes them as agent events, until stdin closes or the session changes. */
-  private async pump(sessionId: string): Promise<void> {
-    if (this.polling) await new Promise((r) => setTimeout(r, 0));
-    this.polling = true;
-    while (!this.stopped && this.sessionId === sessionId) {
-      try {
-        const page = await this.client.call('GET', `/api/sessions/${sessionId}/events?after_seq=${this.afterSeq}&limit=500`, undefined, this.client.taskHeaders());
-        for (const e of page.events as Json[]) {
-          this.afterSeq = e.seq;
-          for (const line of this.toAgentEvents(e)) this.out(line);
-        }
-        if ((page.events as Json[]).length > 0) continue;
-      } catch {
-        // A passing network error: the cursor stays, the next poll picks up from it.
-      }
-      await new Promise((r) => setTimeout(r, 40));
-    }
+  /**
+   * Follows the session's SSE stream (the same follower as the board and `cadre task watch`: it resumes from its
+   * last seq after a dropped connection) and writes each event as agent events, until stdin closes or the session
+   * changes. A stream, not a poll: the first event reaches stdout as soon as the gateway relays it.
+   */
+  private follow(sessionId: string): void {
+    this.events = followStream({
+      url: `${this.client.config.url}/api/sessions/${encodeURIComponent(sessionId)}/stream`,
+      headers: () => this.client.taskHeaders(),
+      afterSeq: 0,
+      isTerminal: (type) => type === 'session_closed',
+      onEvent: (e) => {
+        for (const line of this.toAgentEvents(e as Json)) this.out(line);
+      },
+    });
   }
 
   private toAgentEvents(e: Json): object[] {
