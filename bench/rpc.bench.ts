@@ -86,7 +86,7 @@ async function main(): Promise<void> {
       const g = samples.find((s) => s.side === 'stream' && s.round === i + 1)!;
       return r.first_delta.p50_ms - g.first_delta.p50_ms;
     });
-    note(`cadre rpc adds ${range(added)} ms to the first text delta at p50 (it polls the HTTP events every 40 ms); ${loadText()}`);
+    note(`cadre rpc adds ${range(added)} ms to the first text delta at p50 (it follows the session's SSE stream); ${loadText()}`);
     saveResults('rpc', { prompt: PROMPT, prompts: PROMPTS, samples, added_first_delta_p50_ms: added });
   } finally {
     stream.send({ cmd: 'stop' });
