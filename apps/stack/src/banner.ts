@@ -63,7 +63,7 @@ export function renderBanner(info: BannerInfo): string {
     `  Board         ${base}/   (open it in a browser; sign in with the API key below)`,
     `  CLI           npx cadre status   (finds this stack and its dev keys under ${info.dataDir})`,
     `  HTTP API      ${base}   (${reach})`,
-    `  gRPC target   ${target}   (plaintext HTTP/2, same port; roz.v1.AgentService, reflection on)`,
+    `  gRPC target   ${target}   (plaintext HTTP/2, same port; roz.v1.AgentService, kontekst.AgentService and DaemonService, reflection on)`,
     `  API key       ${key}`,
     `  Redis         ${redis}`,
     `  Model         ${model}`,
