@@ -96,6 +96,40 @@ describe('metrics', () => {
     expect(moved('vm', 'cadre_tool_calls_total', { tool: 'shell', outcome: 'ok' })).toBe(1);
   });
 
+  it('count a session turn\'s model calls (a client tool round trip) on the worker like a team agent\'s', async () => {
+    const api = httpClient(stack.url);
+    const start = await Scrape.of(workerMetrics);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', {
+      workspace_id: 'metrics',
+      tools: [{ name: 'get_location', description: 'Where the user is', parameters: { type: 'object', properties: {} } }],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.session.session_id;
+    const eventsUntil = async (type: string) => {
+      let found: { event_type: string; payload: Record<string, any> } | undefined;
+      await waitUntil(`a ${type} event`, async () => {
+        const { body } = await api.get<{ events: { event_type: string; payload: Record<string, any> }[] }>(`/api/sessions/${id}/events?limit=1000`);
+        found = body.events.find((e) => e.event_type === type);
+        return found !== undefined;
+      });
+      return found!;
+    };
+    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Where am I? [[scripted:call=get_location({})]]' })).status).toBe(202);
+    const request = await eventsUntil('tool_request');
+    expect((await api.post(`/api/sessions/${id}/tool-results`, { tool_call_id: request.payload.tool_call_id, success: true, result: 'Oslo' })).status).toBe(200);
+    const done = await eventsUntil('turn_complete');
+    expect(done.payload.stop_reason).toBe('end_turn');
+
+    // The call is counted before its answer is committed, so the turn_complete event means both are in.
+    const end = await Scrape.of(workerMetrics);
+    const moved = (name: string, labels: Record<string, string> = {}) => end.value(name, labels) - start.value(name, labels);
+    expect(moved('cadre_model_requests_total', { model: 'cadre-scripted', outcome: 'ok' })).toBe(2);
+    expect(moved('cadre_model_request_duration_seconds_count', { model: 'cadre-scripted' })).toBe(2);
+    expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'input' })).toBeGreaterThan(0);
+    expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'output' })).toBeGreaterThan(0);
+    expect(end.text).not.toContain(id);
+  });
+
   it('never carry a task or run id in a label', () => {
     for (const scrape of Object.values(after)) {
       for (const id of ids) expect(scrape.text).not.toContain(id);

@@ -43,6 +43,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  // Team agents and session turns report model calls to one observer: one set of per-model series.
+  const agentObserver = agentMetrics(metrics);
   const processor = new AgentJobProcessor({
     store,
     approvals,
@@ -56,7 +58,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     logger,
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
     onTaskFinished: (status, seconds) => taskSeconds.observe({ status }, seconds),
-    observer: agentMetrics(metrics),
+    observer: agentObserver,
   });
 
   const sessions = new SessionJobProcessor({
@@ -66,6 +68,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
       announceApprovals: (workspaceId, type, views) => approvals.announce(workspaceId, type, views),
+      observer: agentObserver,
     }),
     cancels,
     store: sessionStore,

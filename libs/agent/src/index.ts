@@ -14,6 +14,7 @@ export type {
 export { runAgent, runToolCall, modelErrorMessage } from './run-agent.ts';
 export { streamModelTurn, type ModelTurn } from './model-turn.ts';
 export { untilAborted, isAbortError } from './abort.ts';
+export { observeModelCall } from './telemetry.ts';
 export { createModelClient } from './model-client.ts';
 export type { ModelClientOptions } from './model-client.ts';
 export { builtinTools, resolveTools, UnknownToolError, MAX_WAIT_MS } from './tools/builtin.ts';

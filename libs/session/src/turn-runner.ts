@@ -1,6 +1,6 @@
 import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
-import { builtinTools, modelErrorMessage, runToolCall, streamModelTurn, untilAborted, type AgentTool } from '@cadre/agent';
+import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision, approvalView, type AnnounceApprovals } from './approvals.ts';
@@ -30,6 +30,8 @@ export interface TurnRunnerDeps {
   workspaceRules?: (workspaceId: string) => Promise<ApprovalRule[]>;
   /** The workspace's approvals inbox hears of every approval asked, and every one expired, here. */
   announceApprovals?: AnnounceApprovals;
+  /** Hears of every model call (model, outcome, latency, tokens): the worker's metrics, as for team agents. */
+  observer?: AgentObserver;
 }
 
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
@@ -45,16 +47,18 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'announceApprovals'>>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'announceApprovals' | 'observer'>>;
   private readonly announce: TurnRunnerDeps['announceApprovals'];
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
   private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
+  private readonly observer: TurnRunnerDeps['observer'];
 
   constructor(deps: TurnRunnerDeps) {
     this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
     this.announce = deps.announceApprovals;
+    this.observer = deps.observer;
   }
 
   /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
@@ -201,13 +205,14 @@ export class TurnRunner {
     ];
     let turn;
     try {
-      turn = await untilAborted(
+      // The same `chat <model>` span and model-call metrics as a team agent's call (a steered cut counts as error).
+      turn = await observeModelCall(state.model, this.observer, () => untilAborted(
         streamModelTurn(this.deps.model, { model: state.model, messages: modelMessages(state), tools }, stepSignal, (kind, text) => {
           if (kind === 'text') answered += text;
           buffer.add(kind, text);
         }),
         stepSignal,
-      );
+      ));
     } catch (err) {
       if (steered.signal.aborted && !signal.aborted && !stepAbort.signal.aborted) {
         // What the model had said stays in the transcript (the client saw it), then the steering message.
