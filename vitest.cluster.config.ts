@@ -25,5 +25,8 @@ export default defineConfig({
     ],
     exclude: [],
     globalSetup: ['tests/support/cluster-setup.ts'],
+    // One file at a time: the files share one cluster, and the failover files start clusters of their own; two at
+    // once on a 2-core runner starved each other into timeouts (seen in CI: a follow-up chain, a lost-task read).
+    fileParallelism: false,
   },
 });
