@@ -39,7 +39,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
   new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
   const taskSeconds = new Histogram({ name: 'cadre_task_duration_seconds', help: 'Task duration from creation to its end as the lead records it, by status', labelNames: ['status'], registers: [metrics], buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600] });
-  const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
+  const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs and session turns handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
@@ -131,8 +131,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
       const deadline = setTimeout(() => {
-        handedBack.inc(processor.abortAll('shutdown'));
-        sessions.abortAll('shutdown');
+        handedBack.inc(processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
       }, graceMs);
       await worker.close();
       clearTimeout(deadline);

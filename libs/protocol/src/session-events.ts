@@ -10,6 +10,9 @@ export type SessionStatus = (typeof SESSION_STATUSES)[number];
 /** What the agent is doing, as roz's ActivityUpdate.state. */
 export type ActivityState = 'thinking' | 'calling_tool' | 'idle' | 'waiting_approval';
 
+/** Why a turn's attempt ended unfinished: its worker died, or shut down past its drain deadline. */
+export type AttemptLostReason = 'worker_lost' | 'worker_shutdown';
+
 export interface ToolOutcome {
   tool_call_id: string;
   tool_name: string;
@@ -35,8 +38,12 @@ export interface SessionEventPayloads {
   tool_result: ToolOutcome;
   turn_complete: { message_id: string; usage: TokenUsage; stop_reason: string };
   session_error: { code: string; message: string; retryable: boolean };
-  /** A worker died mid-turn; the turn resumed elsewhere from its last boundary. */
-  attempt_lost: { attempt: number; host_id: string; message: string };
+  /**
+   * The attempt running the turn ended unfinished — its worker died (`worker_lost`) or shut down past its drain
+   * deadline (`worker_shutdown`) — and the turn resumes on another worker from its last boundary: deltas streamed
+   * since that boundary are void, the model call runs again.
+   */
+  attempt_lost: { attempt: number; host_id: string; reason: AttemptLostReason; message: string };
   tools_registered: { source: string; tools: string[] };
   context_compacted: { tokens_before: number; tokens_after: number; messages_before: number; messages_after: number; summary: string };
   session_closed: { reason: string };

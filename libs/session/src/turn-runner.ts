@@ -61,10 +61,10 @@ export class TurnRunner {
     this.observer = deps.observer;
   }
 
-  /** Takes the turn for this job run (lease = its lock token); false when there is nothing to run. */
-  async claim(sessionId: string, wake: number, lease: string): Promise<boolean> {
+  /** Takes the turn for this job run (lease = its lock token): the attempt number, or null when there is nothing to run. */
+  async claim(sessionId: string, wake: number, lease: string): Promise<number | null> {
     const claim = await this.deps.store.claimTurn(sessionId, wake, lease, this.deps.hostId);
-    return claim.kind !== 'stale';
+    return claim.kind === 'stale' ? null : claim.attempt;
   }
 
   /** Runs the claimed turn until it finishes or parks. */
@@ -329,9 +329,19 @@ export class TurnRunner {
     return end.kind === 'ended';
   }
 
-  /** Lets go of the turn without ending it (worker shutdown): the job is handed back and resumed elsewhere. */
-  async release(sessionId: string, lease: string): Promise<void> {
-    await this.deps.store.commitTurn(sessionId, lease, { fields: { lease: '' } }).catch(() => undefined);
+  /**
+   * Lets go of the turn without ending it (its worker's drain deadline passed): the job is handed back and another
+   * worker resumes it from its last boundary. Like a lost attempt, it is logged: what this attempt streamed since
+   * that boundary will come again, and a client must know to drop it.
+   */
+  async release(sessionId: string, lease: string, attempt: number): Promise<void> {
+    const message = 'the worker running this turn shut down; the turn resumes on another worker from its last boundary';
+    await this.deps.store
+      .commitTurn(sessionId, lease, {
+        fields: { lease: '' },
+        events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, reason: 'worker_shutdown', message } }],
+      })
+      .catch(() => undefined);
   }
 }
 

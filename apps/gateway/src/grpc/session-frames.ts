@@ -34,7 +34,7 @@ export function toSessionResponse(sessionId: string, event: SessionEvent): Sessi
     case 'session_error':
       return frame({ $case: 'error', value: event.payload });
     case 'attempt_lost':
-      return frame({ $case: 'error', value: { code: 'worker_lost', message: event.payload.message, retryable: true } });
+      return frame({ $case: 'error', value: { code: event.payload.reason ?? 'worker_lost', message: event.payload.message, retryable: true } });
     case 'context_compacted': {
       const p = event.payload;
       return frame({

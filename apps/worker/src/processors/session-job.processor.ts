@@ -37,8 +37,10 @@ export class SessionJobProcessor {
     this.running.get(jobId)?.abort(cause);
   }
 
-  abortAll(cause: AbortCause): void {
+  /** Aborts every running turn; returns how many. */
+  abortAll(cause: AbortCause): number {
     for (const ac of this.running.values()) ac.abort(cause);
+    return this.running.size;
   }
 
   readonly process = async (job: Job<SessionJobData>, token?: string): Promise<SessionJobResult> => {
@@ -56,7 +58,8 @@ export class SessionJobProcessor {
     const { sessionId, wake } = job.data as SessionTurnJobData;
     const log = this.deps.logger.child({ sessionId, wake, jobId: job.id });
     // Claimed before the cancel check is registered: that check aborts a loop whose lease is not the job's.
-    if (!(await this.deps.runner.claim(sessionId, wake, token))) return { sessionId, outcome: 'stale' };
+    const attempt = await this.deps.runner.claim(sessionId, wake, token);
+    if (attempt === null) return { sessionId, outcome: 'stale' };
     const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token);
     this.running.set(job.id!, ac);
     try {
@@ -65,8 +68,8 @@ export class SessionJobProcessor {
     } catch (err) {
       const cause = ac.signal.reason as AbortCause | undefined;
       if (cause === 'shutdown') {
-        // Hand the turn back: it resumes on another worker from its last boundary, with no lost attempt.
-        await this.deps.runner.release(sessionId, token);
+        // Hand the turn back: it resumes on another worker from its last boundary.
+        await this.deps.runner.release(sessionId, token, attempt);
         await job.moveToWait(token);
         throw new WaitingError();
       }

@@ -1,7 +1,8 @@
 --[[
   A job process takes (or retakes) the running turn. The lease is the BullMQ lock token of the job run. If
   another lease still holds the turn, that attempt was lost (its worker died and its lock expired): the log
-  records it (attempt_lost) and the turn goes on from its last persisted boundary. Writes from the old lease are
+  records it (attempt_lost) and the turn goes on from its last persisted boundary. A turn handed back on a worker's
+  shutdown has no lease (its attempt_lost was written with the hand-back). Writes from the old lease are
   refused by the fence in commitTurn and parkTurn.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
   ARGV[1] sessionId   ARGV[2] wake the job was enqueued for   ARGV[3] lease   ARGV[4] host id
@@ -19,7 +20,7 @@ if m[3] == lease then return { 3, tonumber(m[4]) } end
 local code = 1
 if m[3] ~= '' then
   appendEvent(ARGV[1], ARGV[5], ARGV[6], 'attempt_lost',
-    cjson.encode({ attempt = tonumber(m[4]), host_id = m[5] or '', message = 'the worker running this turn was lost; the turn resumes from its last boundary' }))
+    cjson.encode({ attempt = tonumber(m[4]), host_id = m[5] or '', reason = 'worker_lost', message = 'the worker running this turn was lost; the turn resumes from its last boundary' }))
   code = 2
 end
 local attempt = redis.call('HINCRBY', metaKey, 'attempt', 1)
