@@ -158,6 +158,53 @@ describe('session approvals', () => {
     }
   });
 
+  it('a modifier amends the asked call: a builtin runs with it, a client tool\'s ToolRequest carries it; one the schema refuses is 400', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      // A builtin (server) tool: the model asked 1+1, the approver lets 6*7 run.
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }]);
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
+      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await parkedWithNoActiveJob(sessionId);
+      const decide = (id: string, body: object) => second().post<{ approval: Approval & { modifier?: string }; error?: { message: string } }>(`/api/approvals/${id}/decision`, body);
+      const wrongType = await decide(asked.payload.approval_id, { approved: true, modifier: { expression: 42 } });
+      expect(wrongType.status).toBe(400);
+      expect(wrongType.body.error!.message).toContain("modifier does not fit calculate's arguments: /expression must be string");
+      expect((await decide(asked.payload.approval_id, { approved: true, modifier: { expression: '6*7', extra: 1 } })).status).toBe(400);
+      // Refused means nothing written: still pending, nothing ran.
+      expect((await api().get<{ approval: Approval }>(`/api/approvals/${asked.payload.approval_id}`)).body.approval.status).toBe('pending');
+      const ok = await decide(asked.payload.approval_id, { approved: true, modifier: { expression: '6*7' } });
+      expect(ok.status).toBe(200);
+      expect(ok.body.approval).toMatchObject({ status: 'approved', arguments: '{"expression":"1+1"}', modifier: '{"expression":"6*7"}' });
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      expect(log.find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ approved: true, modifier: '{"expression":"6*7"}' });
+      expect(log.find((e) => e.event_type === 'tool_call')!.payload.arguments).toBe('{"expression":"6*7"}');
+      expect(log.find((e) => e.event_type === 'tool_result')!.payload).toMatchObject({ success: true, result: '42' });
+
+      // A client tool: its schema is the session's; the ToolRequest the client gets carries the amended parameters.
+      const created = await api().post<{ session: { session_id: string } }>('/api/sessions', {
+        workspace_id: 'sess-appr',
+        tools: [{ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' }, tags: { type: 'array' } }, required: ['q'] } }],
+        approval_policy: { rules: [{ tool: 'lookup', action: 'ask', timeout_secs: 120 }] },
+      });
+      const clientSession = created.body.session.session_id;
+      await api().post(`/api/sessions/${clientSession}/messages`, { content: 'Look [[scripted:call=lookup({"q":"cats"})]]' });
+      const ask = (await eventsUntil(clientSession, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await parkedWithNoActiveJob(clientSession);
+      const missing = await decide(ask.payload.approval_id, { approved: true, modifier: { tags: [] } });
+      expect(missing.status).toBe(400);
+      expect(missing.body.error!.message).toContain("must have required property 'q'");
+      expect((await decide(ask.payload.approval_id, { approved: true, modifier: { q: 'dogs', tags: [] } })).status).toBe(200);
+      const request = (await eventsUntil(clientSession, (e) => e.event_type === 'tool_request')).find((e) => e.event_type === 'tool_request')!;
+      expect(request.payload).toMatchObject({ tool_call_id: ask.payload.tool_call_id, tool_name: 'lookup', parameters: { q: 'dogs', tags: [] } });
+      await api().post(`/api/sessions/${clientSession}/tool-results`, { tool_call_id: ask.payload.tool_call_id, success: true, result: 'woof' });
+      expect(text(await eventsUntil(clientSession, (e) => e.event_type === 'turn_complete'))).toContain('woof');
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('a pending approval times out through a delayed job: the model gets "approval timed out"', async () => {
     const pool = await stack.addWorkerPool();
     try {

@@ -62,7 +62,11 @@ export interface SessionEventPayloads {
     expires_at: string; index: number; count: number;
   };
   /** The decision, a timeout (`expired`, denied) or a cancel (`cancelled`: the turn or the session ended first). */
-  approval_resolved: { approval_id: string; tool_call_id: string; tool_name: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string };
+  approval_resolved: {
+    approval_id: string; tool_call_id: string; tool_name: string; approved: boolean; status: ApprovalStatus; reason: string; decided_by: string;
+    /** The amended arguments (a JSON object's text) the call runs with, if the approver gave any. */
+    modifier?: string;
+  };
 }
 
 /** Inputs that reach a session outside a plain user message. */

@@ -46,6 +46,8 @@ export interface SessionApprovalView {
   decided_by?: string;
   decision_reason?: string;
   scope?: 'once' | 'session';
+  /** The amended arguments (a JSON object's text) the call ran with instead of the model's. */
+  modifier?: string;
 }
 
 export function approvalView(workspaceId: string, sessionId: string, call: ClientCall): SessionApprovalView {
@@ -58,6 +60,7 @@ export function approvalView(workspaceId: string, sessionId: string, call: Clien
     ...(a.decided_by !== undefined && { decided_by: a.decided_by }),
     ...(a.decision_reason !== undefined && { decision_reason: a.decision_reason }),
     ...(a.scope !== undefined && { scope: a.scope }),
+    ...(a.modifier !== undefined && { modifier: a.modifier }),
   };
 }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { argumentsProblem, builtinTools } from '@cadre/agent';
 import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
-import { StoreError, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { StoreError, callArguments, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
 import { afterDecision, approvalRules, approvalView, type AnnounceApprovals, type SessionApprovalView } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
@@ -266,15 +267,21 @@ export class SessionEngine {
    * Decides an approval of the session's current turn, once (a second decision: conflict). `id` is the approval
    * id or the call's tool_call_id (roz's PermissionDecision and kontekst's ApproveTool name the call).
    * `decidedBy` is the deciding key's name, never the key. `reach` `session`: the same tool and arguments no longer
-   * ask for the rest of the session.
+   * ask for the rest of the session. `modifier` (approve only): the arguments the call runs with instead of the
+   * model's, checked against the tool's schema (a builtin's, or the turn's client tool's) before anything is written.
    */
-  async decideApproval(scope: Scope, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string, reach: 'once' | 'session' = 'once'): Promise<SessionApprovalView> {
+  async decideApproval(
+    scope: Scope, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string, reach: 'once' | 'session' = 'once', modifier?: Record<string, unknown>,
+  ): Promise<SessionApprovalView> {
     checkText(id, 256, 'approval_id', true);
     checkText(reason, L.reason, 'reason');
     const session = await this.get(scope, sessionId);
+    if (modifier !== undefined) await this.checkModifier(sessionId, id, approved, modifier);
     let decided;
     try {
-      decided = await this.mapped(this.deps.store.decideApproval(sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach));
+      decided = await this.mapped(this.deps.store.decideApproval(
+        sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach, modifier === undefined ? '' : JSON.stringify(modifier),
+      ));
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_not_found') throw new SessionEngineError('not_found', `approval ${id} not found`);
       if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);
@@ -284,6 +291,20 @@ export class SessionEngine {
     const view = approvalView(session.workspace_id, sessionId, decided.call);
     await this.deps.announceApprovals?.(session.workspace_id, 'approval_decided', [view]);
     return view;
+  }
+
+  /** A modifier fits the asked call's tool: a builtin's schema, or the client tool's as the turn offered it. */
+  private async checkModifier(sessionId: string, id: string, approved: boolean, modifier: Record<string, unknown>): Promise<void> {
+    if (!approved) throw invalid('a modifier amends the arguments of an approved call; a denial takes none');
+    const call = (await this.deps.store.turnCalls(sessionId)).find((c) => c.approval && (c.approval.approval_id === id || c.tool_call_id === id));
+    // Not asked in this turn: the decision itself answers (not found, or already decided).
+    if (!call || call.approval?.status !== 'pending') return;
+    const schema = call.builtin
+      ? (Object.hasOwn(builtinTools, call.tool_name) ? builtinTools[call.tool_name]!.parameters : undefined)
+      : (await this.deps.store.turnTools(sessionId)).find((t) => t.name === call.tool_name)?.parameters;
+    if (!schema) throw invalid(`no argument schema is known for ${call.tool_name}, so its arguments cannot be amended`);
+    const problem = argumentsProblem(call.tool_name, schema, modifier);
+    if (problem) throw invalid(`modifier ${problem}`);
   }
 
   /**
@@ -385,7 +406,7 @@ export class SessionEngine {
       .filter((c) => c.request_seq !== undefined && c.request_seq <= afterSeq)
       .map((c) => ({
         seq: c.request_seq!,
-        payload: { tool_call_id: c.tool_call_id, tool_name: c.tool_name, parameters: parseArguments(c.arguments), timeout_ms: c.timeout_ms },
+        payload: { tool_call_id: c.tool_call_id, tool_name: c.tool_name, parameters: parseArguments(callArguments(c)), timeout_ms: c.timeout_ms },
       }));
   }
 

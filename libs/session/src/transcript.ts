@@ -1,5 +1,5 @@
 import type { ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
-import type { ClientCall, TurnState } from '@cadre/store';
+import { callArguments, type ClientCall, type TurnState } from '@cadre/store';
 
 /** A transcript entry: an OpenAI chat message as stored in the session's transcript list. */
 export type TranscriptMessage = ChatCompletionMessageParam;
@@ -68,7 +68,9 @@ export function nextStep(state: TurnState): TurnStep {
     const run: ChatCompletionMessageFunctionToolCall[] = [];
     for (const call of open) {
       if (!runnable(call.id)) break;
-      run.push(call);
+      // An approved call runs with the arguments the approver let run (a modifier's, if given).
+      const asked = client.get(call.id);
+      run.push(asked ? { ...call, function: { ...call.function, arguments: callArguments(asked) } } : call);
     }
     return { kind: 'run_tools', calls: run, approved: new Set(run.filter((c) => client.has(c.id)).map((c) => c.id)) };
   }

@@ -237,21 +237,23 @@ export class SessionStore {
   /**
    * Decides the approval a call of the current turn waits for (by approval id or by the call's id), once.
    * Returns the call as it is now and the wake to enqueue (0: the turn still waits, or is not parked).
-   * Throws approval_not_found (none in the current turn) or approval_decided (a second decision).
+   * Throws approval_not_found (none in the current turn) or approval_decided (a second decision). `modifier`
+   * (approved only, JSON text checked by the caller) replaces the call's arguments in the same script. Scope
+   * `session` (approved only) also grants the same tool and arguments for the rest of the session, computed from
+   * the call as it stands here (a call's tool and arguments never change once asked).
    */
-  /**
-   * Decides an approval of the current turn once. Scope `session` (approved only) also grants the same tool and
-   * arguments for the rest of the session; the grant is computed from the call as it stands here (a call's tool
-   * and arguments never change once asked).
-   */
-  async decideApproval(sessionId: string, id: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string, scope: 'once' | 'session' = 'once'): Promise<{ call: ClientCall; wake: number }> {
+  async decideApproval(
+    sessionId: string, id: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string, scope: 'once' | 'session' = 'once', modifier = '',
+  ): Promise<{ call: ClientCall; wake: number }> {
     let grant = '';
     if (scope === 'session' && status === 'approved') {
       const call = (await this.turnCalls(sessionId)).find((c) => c.tool_call_id === id || c.approval?.approval_id === id);
-      if (call) grant = approvalGrant(call.tool_name, call.arguments);
+      // The grant covers the arguments the approver let run: the amended ones when there is a modifier.
+      if (call) grant = approvalGrant(call.tool_name, modifier || call.arguments);
     }
     const [code, raw] = await this.scripts.decideSessionApproval(
       ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant, this.retentionSec,
+      status === 'approved' ? modifier : '',
     );
     if (code === -9) throw new StoreError('approval_not_found', `no pending approval ${id} in session ${sessionId}`);
     if (code === -10) throw new StoreError('approval_decided', `approval ${id} is already ${(JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided'}`);
@@ -264,6 +266,12 @@ export class SessionStore {
     if (calls.length === 0) return [];
     const hits = await this.redis.smismember(this.keys.sessionGrants(sessionId), ...calls.map((c) => approvalGrant(c.tool, c.arguments)));
     return hits.map((h) => h === 1);
+  }
+
+  /** The client tools the current turn offers the model (its snapshot, or the session's). */
+  async turnTools(sessionId: string): Promise<ClientTool[]> {
+    const [turnTools, tools] = await this.redis.hmget(this.keys.session(sessionId).meta, 'turn_tools', 'tools');
+    return parseTools(turnTools || tools || undefined);
   }
 
   /** The current turn's calls (approvals included), in the model's order. */

@@ -43,6 +43,8 @@ export interface CallApproval {
   decision_reason?: string;
   /** `session`: the approval also covers later calls of the same tool and arguments in the session. */
   scope?: 'once' | 'session';
+  /** The amended arguments (a JSON object's text) the approver ran the call with, instead of the model's. */
+  modifier?: string;
   /** The seq of the call's approval_requested event. */
   request_seq?: number;
 }
@@ -70,6 +72,11 @@ export interface ClientCall {
   approval?: CallApproval;
   /** A client call's tool_request payload (JSON), appended when its approval is granted. */
   request_payload?: string;
+}
+
+/** The arguments a call runs with: the approver's modifier if there is one, else the model's. */
+export function callArguments(call: ClientCall): string {
+  return call.approval?.status === 'approved' && call.approval.modifier ? call.approval.modifier : call.arguments;
 }
 
 /** A session as users see it (GET /api/sessions/:id). */

@@ -1,5 +1,4 @@
-import { Ajv, type ValidateFunction } from 'ajv';
-import { builtinTools } from '@cadre/agent';
+import { argumentsProblem, builtinTools } from '@cadre/agent';
 import { APPROVAL_STATUSES, type ApprovalScope, type ApprovalStatus } from '@cadre/protocol';
 import { SessionEngineError, type SessionApprovalView, type SessionEngine } from '@cadre/session';
 import {
@@ -67,8 +66,6 @@ export function keyName(principal: Principal): string {
 /** Policies, the approval inbox, decisions (one or in bulk) and the inbox's live stream, behind the HTTP routes. */
 export class ApprovalService {
   private readonly deps: ApprovalServiceDeps;
-  private readonly ajv = new Ajv({ allErrors: false, strict: false });
-  private readonly toolSchemas = new Map<string, ValidateFunction>();
 
   constructor(deps: ApprovalServiceDeps) {
     this.deps = deps;
@@ -156,8 +153,8 @@ export class ApprovalService {
     this.checkDecision(record, decision);
     const sessionId = sessionOfApproval(approvalId);
     if (sessionId) {
-      const { approved, reason, scope } = decision;
-      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), scope === 'session' ? 'session' : 'once');
+      const { approved, reason, scope, modifier } = decision;
+      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), scope === 'session' ? 'session' : 'once', modifier);
     }
     const runId = runOfApproval(approvalId);
     if (runId) {
@@ -232,32 +229,19 @@ export class ApprovalService {
 
   private checkDecision(record: ApprovalView, decision: Decision): void {
     const ofRun = 'run_id' in record && record.run_id !== undefined;
-    // A VM run's tools (shell, files) and their schemas live on the VM; its approval is a plain approve/deny.
     if (ofRun && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a VM run\'s approval takes scope "once" only');
     if (ofRun && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a VM run\'s approval cannot be amended with a modifier (its tools\' schemas live on the VM)');
     const ofSession = 'session_id' in record;
-    // A session's approval takes no modifier yet: its script would have to rewrite the call's pending tool_request.
     if (ofSession && decision.scope === 'task') throw new ApiError('invalid_argument', 'scope "task" applies to a team worker\'s approvals; this one is a session\'s (use "session")');
-    if (ofSession && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a session\'s approval cannot be amended with a modifier');
     if (!ofSession && decision.scope === 'session') throw new ApiError('invalid_argument', 'scope "session" applies to a session\'s approvals; this one is a team worker\'s (use "task")');
     if (decision.modifier === undefined) return;
     if (!decision.approved) throw new ApiError('invalid_argument', 'a modifier amends the arguments of an approved call; a denial takes none');
-    const validate = this.toolSchema(record.tool_name);
-    if (!validate(decision.modifier)) {
-      const e = validate.errors?.[0];
-      throw new ApiError('invalid_argument', `modifier does not fit ${record.tool_name}'s arguments: ${e ? `${e.instancePath || '/'} ${e.message ?? ''}`.trim() : 'invalid'}`);
-    }
-  }
-
-  private toolSchema(tool: string): ValidateFunction {
-    let validate = this.toolSchemas.get(tool);
-    if (!validate) {
-      const known = Object.hasOwn(builtinTools, tool) ? builtinTools[tool] : undefined;
-      if (!known) throw new ApiError('invalid_argument', `no argument schema is known for ${tool}, so its arguments cannot be amended`);
-      validate = this.ajv.compile(known.parameters);
-      this.toolSchemas.set(tool, validate);
-    }
-    return validate;
+    // A session's tools (its client tools' schemas included) are the session's: its engine checks the modifier.
+    if (ofSession) return;
+    const known = Object.hasOwn(builtinTools, record.tool_name) ? builtinTools[record.tool_name] : undefined;
+    if (!known) throw new ApiError('invalid_argument', `no argument schema is known for ${record.tool_name}, so its arguments cannot be amended`);
+    const problem = argumentsProblem(record.tool_name, known.parameters, decision.modifier);
+    if (problem) throw new ApiError('invalid_argument', `modifier ${problem}`);
   }
 
   /**

@@ -129,8 +129,8 @@ class SessionCall {
           return;
         case 'permissionDecision': {
           // approval_id is the ActivityUpdate's detail; roz's first shape sent the tool_call_id there: both work.
-          if (r.value.modifier) throw new SessionEngineError('invalid_argument', 'a modifier (amended arguments) is not supported for session approvals');
-          await this.deps.sessions.decideApproval(scope, sid, r.value.approvalId, r.value.approved, r.value.approved ? '' : 'denied by the user', keyName(scope));
+          // A modifier (roz's Struct) amends the call's arguments; the engine checks it against the tool's schema.
+          await this.deps.sessions.decideApproval(scope, sid, r.value.approvalId, r.value.approved, r.value.approved ? '' : 'denied by the user', keyName(scope), 'once', r.value.modifier);
           return;
         }
         case 'webrtcAnswer':

@@ -10,6 +10,8 @@
   ARGV[4] reason   ARGV[5] decided_by (a key's name)   ARGV[6] max events   ARGV[7] channel
   ARGV[8] scope: once | session   ARGV[9] the grant (approvalGrant of tool and arguments) for scope session, else ''
   ARGV[10] the grants set's expiry in seconds
+  ARGV[11] modifier (approve only): the amended arguments' JSON text (checked by the caller), or ''. The call
+  runs with it: a builtin's worker reads it from the call, a client's tool_request carries it as `parameters`.
   Returns { wake to enqueue (> 0) or 0, the call JSON }, or { -1 } no such session, { -2 } session closed,
   { -9 } no such approval in the current turn, { -10, call JSON } already decided.
 ]]
@@ -34,15 +36,27 @@ local approved = ARGV[3] == 'approved'
 call.approval.status, call.approval.decided_at = ARGV[3], now
 call.approval.decided_by, call.approval.decision_reason = ARGV[5], ARGV[4]
 call.approval.scope = ARGV[8]
+local modifier = approved and ARGV[11] or ''
+if modifier ~= '' then
+  call.approval.modifier = modifier
+  if call.request_payload then
+    -- Spliced as text, so the arguments reach the client exactly as given (a cjson round trip turns [] into {}).
+    local req = cjson.decode(call.request_payload)
+    call.request_payload = '{"tool_call_id":' .. cjson.encode(req.tool_call_id) .. ',"tool_name":' .. cjson.encode(req.tool_name)
+      .. ',"parameters":' .. modifier .. ',"timeout_ms":' .. cjson.encode(req.timeout_ms) .. '}'
+  end
+end
 if approved and ARGV[9] ~= '' then
   redis.call('SADD', KEYS[5], ARGV[9])
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[10]))
 end
 local maxLen, channel = ARGV[6], ARGV[7]
-appendEvent(ARGV[1], maxLen, channel, 'approval_resolved', cjson.encode({
+local resolved = {
   approval_id = call.approval.approval_id, tool_call_id = call.tool_call_id, tool_name = call.tool_name,
   approved = approved, status = ARGV[3], reason = ARGV[4], decided_by = ARGV[5], scope = ARGV[8],
-}))
+}
+if modifier ~= '' then resolved.modifier = modifier end
+appendEvent(ARGV[1], maxLen, channel, 'approval_resolved', cjson.encode(resolved))
 if approved and call.builtin then
   call.status = 'approved'
   redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
