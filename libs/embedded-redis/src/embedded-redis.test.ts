@@ -114,15 +114,15 @@ describe('startEmbeddedRedis', () => {
     const script = `
       const { startEmbeddedRedis } = await import(${JSON.stringify(new URL('./index.ts', import.meta.url).href)});
       const r = await startEmbeddedRedis();
-      console.log(JSON.stringify({ pid: r.pid, port: r.port, dataDir: r.dataDir }));
+      console.log(JSON.stringify({ pid: r.pid, dataDir: r.dataDir }));
       process.exit(0);
     `;
     const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script]);
-    const { pid, port, dataDir } = JSON.parse(stdout.trim()) as { pid: number; port: number; dataDir: string };
+    const { pid, dataDir } = JSON.parse(stdout.trim()) as { pid: number; dataDir: string };
 
-    for (let i = 0; i < 50 && isAlive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    // Not the port: once freed, a test running beside this one may start its own redis-server on it.
+    for (let i = 0; i < 250 && (isAlive(pid) || existsSync(dataDir)); i++) await new Promise((r) => setTimeout(r, 20));
     expect(isAlive(pid)).toBe(false);
-    expect(await portIsOpen(port)).toBe(false);
     expect(existsSync(dataDir)).toBe(false);
   });
 });
