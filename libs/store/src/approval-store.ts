@@ -4,7 +4,7 @@ import type { ApprovalScope, ApprovalStatus } from '@cadre/protocol';
 import type { WatchableLog } from './event-fanout.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import { KeyBuilder } from './keys.ts';
-import { checkCursor, scriptError, StoreError } from './errors.ts';
+import { approvalDecided, checkCursor, scriptError, SCRIPT_ERRORS, StoreError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { approvalGrant, type ApprovalPolicy } from './approval-policy.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
@@ -205,8 +205,8 @@ export class ApprovalStore {
       t.meta, t.events, t.roster, a.approvals, a.grants, taskId, approvalId, status, reason, decidedBy, Date.now(),
       this.maxEvents, this.keys.taskAppended(taskId), opts.modifier ?? '', scope, asked ? approvalGrant(asked.tool_name, asked.arguments) : '', this.retentionSec,
     );
-    if (code === -1) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
-    if (code === -2) throw new StoreError('approval_decided', `approval ${approvalId} is already ${(JSON.parse(raw!) as ApprovalRecord).status}`);
+    if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(approvalId, (JSON.parse(raw!) as ApprovalRecord).status);
+    if (code < 0) throw scriptError(code, `approval ${approvalId}`);
     const record = JSON.parse(raw!) as ApprovalRecord;
     await this.announce(record.workspace_id, 'approval_decided', [record]);
     return { record, pendingLeft: left ?? 0 };

@@ -1,30 +1,40 @@
 // Errors with a stable code; each edge (HTTP, gRPC, BullMQ) maps the code once.
 
+/**
+ * Every refusal a Lua script can answer, each code one meaning, declared here only. The scripts read them from the
+ * `ERR` table of `--@include errors`, which the script loader generates from this table (luaErrorTable), so a
+ * script returns `ERR.session_closed`, never a bare number; scriptError decodes them.
+ */
+export const SCRIPT_ERRORS = {
+  task_not_found: { code: -1, text: 'task not found' },
+  task_finished: { code: -2, text: 'task already finished' },
+  lease_lost: { code: -3, text: 'this attempt no longer holds its lease' },
+  worker_not_found: { code: -4, text: 'worker not found' },
+  worker_finished: { code: -5, text: 'worker already finished' },
+  run_cap_reached: { code: -6, text: "the workspace's active-run cap is reached" },
+  invalid_state: { code: -7, text: "not allowed in the run's current state" },
+  turn_in_progress: { code: -8, text: 'a turn is already in progress' },
+  tool_call_not_found: { code: -9, text: "no such tool call is waiting in this session's current turn" },
+  tool_call_finished: { code: -10, text: 'this tool call already has its result' },
+  too_many_tools: { code: -11, text: 'the session would have too many client tools' },
+  queue_full: { code: -12, text: 'too many messages are already queued in this session' },
+  transcript_changed: { code: -13, text: 'the transcript changed meanwhile' },
+  run_not_found: { code: -14, text: 'run not found' },
+  run_finished: { code: -15, text: 'the run already ended' },
+  worker_mismatch: { code: -16, text: 'worker mismatch: this worker does not hold the run' },
+  session_not_found: { code: -17, text: 'session not found' },
+  session_closed: { code: -18, text: 'the session is closed' },
+  approval_not_found: { code: -19, text: 'no such approval' },
+  approval_decided: { code: -20, text: 'already decided' },
+} as const satisfies Record<string, { code: number; text: string }>;
+
+export type ScriptErrorCode = keyof typeof SCRIPT_ERRORS;
+
 export type StoreErrorCode =
-  | 'task_not_found'
-  | 'task_finished'
-  | 'lease_lost'
-  | 'worker_not_found'
-  | 'worker_finished'
+  | ScriptErrorCode
   | 'cursor_expired'
   | 'cursor_ahead'
-  | 'run_not_found'
-  | 'run_finished'
-  | 'worker_mismatch'
-  | 'invalid_state'
-  | 'run_cap_reached'
-  | 'session_not_found'
-  | 'session_closed'
-  | 'turn_in_progress'
-  | 'no_turn'
-  | 'tool_call_not_found'
-  | 'tool_call_finished'
-  | 'too_many_tools'
-  | 'queue_full'
-  | 'transcript_changed'
-  | 'approval_not_found'
-  | 'approval_decided'
-  /** A script answered a code no table knows: a bug (a script and its table out of step), never the caller's. */
+  /** A script answered a code the table does not know: a bug (a script and the table out of step), never the caller's. */
   | 'unexpected_script_result';
 
 export class StoreError extends Error {
@@ -36,70 +46,29 @@ export class StoreError extends Error {
   }
 }
 
-function unexpectedResult(code: number, what: string): StoreError {
-  return new StoreError('unexpected_script_result', `${what}: unexpected script result ${code}`);
-}
+const BY_NUMBER = new Map(Object.entries(SCRIPT_ERRORS).map(([name, e]) => [e.code as number, name as ScriptErrorCode]));
 
-/** The negative codes the Lua scripts return, in one table. */
+/** The StoreError for a script's negative answer; `what` names the operation (it leads the message). */
 export function scriptError(code: number, what: string): StoreError {
-  switch (code) {
-    case -1:
-      return new StoreError('task_not_found', `${what}: task not found`);
-    case -2:
-      return new StoreError('task_finished', `${what}: task already finished`);
-    case -3:
-      return new StoreError('lease_lost', `${what}: this attempt no longer holds the worker's lease`);
-    case -4:
-      return new StoreError('worker_not_found', `${what}: worker not found`);
-    case -5:
-      return new StoreError('worker_finished', `${what}: worker already finished`);
-    default:
-      return unexpectedResult(code, what);
-  }
+  const name = BY_NUMBER.get(code);
+  if (!name) return new StoreError('unexpected_script_result', `${what}: unexpected script result ${code}`);
+  return new StoreError(name, `${what}: ${SCRIPT_ERRORS[name].text}`);
 }
 
-/** The negative codes of the run scripts (lua/*Run*.lua, heartbeat), in one table. */
-export function runScriptError(code: number, what: string): StoreError {
-  switch (code) {
-    case -1:
-      return new StoreError('run_not_found', 'run not found');
-    case -2:
-      return new StoreError('run_finished', `${what}: the run already ended`);
-    case -3:
-      return new StoreError('worker_mismatch', `${what}: worker mismatch: this worker does not hold the run`);
-    case -6:
-      return new StoreError('run_cap_reached', `${what}: the workspace's active-run cap is reached`);
-    case -7:
-      return new StoreError('invalid_state', `${what}: not allowed in the run's current state`);
-    default:
-      return unexpectedResult(code, what);
-  }
+/** A second decision of an approval, named with how the first one went (the record the script answered with). */
+export function approvalDecided(approvalId: string, status: string): StoreError {
+  return new StoreError('approval_decided', `approval ${approvalId} is already ${status}`);
 }
 
-/** The negative codes of the session scripts (lua/*Session*.lua, *Turn*.lua, ...), in one table. */
-export function sessionScriptError(code: number, what: string): StoreError {
-  switch (code) {
-    case -1:
-      return new StoreError('session_not_found', 'session not found');
-    case -2:
-      return new StoreError('session_closed', `${what}: the session is closed`);
-    case -3:
-      return new StoreError('lease_lost', `${what}: this attempt no longer holds the turn`);
-    case -8:
-      return new StoreError('turn_in_progress', `${what}: a turn is already in progress`);
-    case -9:
-      return new StoreError('tool_call_not_found', `${what}: no such tool call is waiting in this session's current turn`);
-    case -10:
-      return new StoreError('tool_call_finished', `${what}: this tool call already has its result`);
-    case -13:
-      return new StoreError('transcript_changed', `${what}: the transcript changed meanwhile`);
-    case -11:
-      return new StoreError('too_many_tools', `${what}: the session would have too many client tools`);
-    case -12:
-      return new StoreError('queue_full', `${what}: too many messages are already queued in this session`);
-    default:
-      return unexpectedResult(code, what);
-  }
+/** The Lua include `errors`: SCRIPT_ERRORS as `ERR.<code>`; a name it lacks raises instead of returning nil. */
+export function luaErrorTable(): string {
+  const fields = Object.entries(SCRIPT_ERRORS).map(([name, e]) => `${name} = ${e.code}`);
+  return [
+    '-- Generated from SCRIPT_ERRORS (libs/store/src/errors.ts) when the scripts load.',
+    `local ERR = setmetatable({ ${fields.join(', ')} }, {`,
+    "  __index = function(_, name) error('no script error named ' .. tostring(name)) end })",
+    '',
+  ].join('\n');
 }
 
 /** Checks a read cursor against a log: before the oldest retained event, or past the last one, is an error. */

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
 import type { WatchableLog } from './event-fanout.ts';
-import { checkCursor, runScriptError, StoreError } from './errors.ts';
+import { approvalDecided, checkCursor, scriptError, SCRIPT_ERRORS, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
@@ -110,7 +110,7 @@ export class RunStore {
     if (code < 0) {
       await this.redis.del(this.keys.runIndex(runId));
       if (idempotencyKey !== undefined) await this.redis.del(this.keys.runIdempotency(input.workspace_id, idempotencyKey));
-      throw runScriptError(code, 'create run');
+      throw scriptError(code, 'create run');
     }
     const run = await this.getRun(runId);
     if (!run) throw new Error(`run ${runId} vanished right after creation`);
@@ -224,7 +224,7 @@ export class RunStore {
   async dispatch(runId: string, workerId: string, leaseId: string | undefined, payload: { user_id: string | null; turn_ref: string | null; conversation_ref: string | null }): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
     const seq = await this.scripts.dispatchRun(...this.route(ws), runId, workerId, leaseId ?? '', JSON.stringify(payload), this.maxEvents, this.keys.runsAppended(ws));
-    if (seq < 0) throw runScriptError(seq, 'worker-dispatched');
+    if (seq < 0) throw scriptError(seq, 'worker-dispatched');
     return this.runWithEvent(ws, runId, seq);
   }
 
@@ -232,7 +232,7 @@ export class RunStore {
     const ws = await this.requireWorkspace(runId);
     const encoded = events.map((e) => [e.event_type, e.source ?? 'worker-stream', JSON.stringify(e.payload ?? {}), errorText(e.payload)]);
     const seq = await this.scripts.relayRunEvents(...this.route(ws), runId, workerId ?? '', leaseId ?? '', JSON.stringify(encoded), this.maxEvents, this.keys.runsAppended(ws), this.retentionSec, batchId ?? '');
-    if (seq < 0) throw runScriptError(seq, 'relay events');
+    if (seq < 0) throw scriptError(seq, 'relay events');
     const out = await this.runWithEvent(ws, runId, seq);
     if (isTerminalRunStatus(out.run.status)) await this.indexEnds([runId]);
     return { ...out, last_seq: seq };
@@ -241,7 +241,7 @@ export class RunStore {
   async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
     const seq = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
-    if (seq < 0) throw runScriptError(seq, action);
+    if (seq < 0) throw scriptError(seq, action);
     const out = await this.runWithEvent(ws, runId, seq);
     if (out.run.status === 'stopped') await this.indexEnds([runId]);
     return out;
@@ -307,7 +307,7 @@ export class RunStore {
   async askApprovals(runId: string, workerId: string, leaseId: string, records: readonly ApprovalRecord[]): Promise<void> {
     const ws = await this.requireWorkspace(runId);
     const seq = await this.scripts.askRunApprovals(...this.route(ws), runId, workerId, leaseId, JSON.stringify(records), this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
-    if (seq < 0) throw runScriptError(seq, 'ask for approval');
+    if (seq < 0) throw scriptError(seq, 'ask for approval');
   }
 
   /** The workspace's active runs (not stopped, completed or failed): where pending approvals can be. */
@@ -329,8 +329,8 @@ export class RunStore {
     const ws = runId ? await this.workspaceOf(runId) : null;
     if (!runId || !ws) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
     const [code, raw] = await this.scripts.decideRunApproval(...this.route(ws), runId, approvalId, status, reason, decidedBy, Date.now(), this.maxEvents, this.keys.runsAppended(ws), modifier ?? '');
-    if (code === -1) throw new StoreError('approval_not_found', `no approval ${approvalId}`);
-    if (code === -2) throw new StoreError('approval_decided', `approval ${approvalId} is already ${(JSON.parse(raw!) as ApprovalRecord).status}`);
+    if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(approvalId, (JSON.parse(raw!) as ApprovalRecord).status);
+    if (code < 0) throw scriptError(code, `approval ${approvalId}`);
     return JSON.parse(raw!) as ApprovalRecord;
   }
 

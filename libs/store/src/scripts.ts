@@ -1,8 +1,10 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import type { RedisClient } from './connect.ts';
+import { luaErrorTable } from './errors.ts';
 
 // Lua scripts live in ./lua as `<name>-<numberOfKeys>.lua` (BullMQ's convention); `--@include <file>` lines
-// inline ./lua/includes/<file>.lua so shared helpers are written once.
+// inline ./lua/includes/<file>.lua so shared helpers are written once. `--@include errors` is the one include with
+// no file: the ERR table of error codes, generated from SCRIPT_ERRORS in errors.ts.
 const LUA_DIR = new URL('./lua/', import.meta.url);
 
 interface ScriptSource {
@@ -27,6 +29,7 @@ function inline(source: string, seen = new Set<string>()): string {
   return source.replace(/^--@include (\S+)$/gm, (_, inc: string) => {
     if (seen.has(inc)) return '';
     seen.add(inc);
+    if (inc === 'errors') return luaErrorTable();
     return inline(readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'), seen);
   });
 }

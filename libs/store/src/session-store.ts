@@ -3,7 +3,7 @@ import type { RedisClient } from './connect.ts';
 import { isTerminalSessionEvent, type InputKind, type InterruptMode, type SessionEvent, type SessionEventInput, type SessionEventPayloads, type SessionStatus, type SteeringMode, type ToolOutcome } from '@cadre/protocol';
 import { readHeadAndPage, type WatchableLog } from './event-fanout.ts';
 import { KeyBuilder } from './keys.ts';
-import { StoreError, checkCursor, sessionScriptError } from './errors.ts';
+import { approvalDecided, checkCursor, scriptError, SCRIPT_ERRORS } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ApprovalRule } from './approval-store.ts';
@@ -121,7 +121,7 @@ export class SessionStore {
       ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
       turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (wake < 0) throw sessionScriptError(wake, 'user message');
+    if (wake < 0) throw scriptError(wake, 'user message');
     return wake;
   }
 
@@ -152,7 +152,7 @@ export class SessionStore {
   /** Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. */
   async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number }> {
     const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId));
-    if (code < 0) throw sessionScriptError(code, 'claim turn');
+    if (code < 0) throw scriptError(code, 'claim turn');
     return { kind: code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale', attempt };
   }
 
@@ -204,7 +204,7 @@ export class SessionStore {
       ...this.k(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (seq < 0) throw sessionScriptError(seq, 'commit turn');
+    if (seq < 0) throw scriptError(seq, 'commit turn');
     return seq;
   }
 
@@ -216,21 +216,21 @@ export class SessionStore {
     const seq = await this.scripts.compactTranscript(
       ...this.k(sessionId), sessionId, lease, expectedLength, count, JSON.stringify(summary), JSON.stringify(payload), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (seq < 0) throw sessionScriptError(seq, 'compact transcript');
+    if (seq < 0) throw scriptError(seq, 'compact transcript');
     return seq;
   }
 
   /** Parks the turn on its pending client calls; false when every result is already in (carry on). */
   async parkTurn(sessionId: string, lease: string): Promise<boolean> {
     const code = await this.scripts.parkTurn(...this.k(sessionId), lease);
-    if (code < 0) throw sessionScriptError(code, 'park turn');
+    if (code < 0) throw scriptError(code, 'park turn');
     return code === 1;
   }
 
   /** Settles a client call; returns the wake to enqueue when the parked turn can go on, else 0. */
   async resolveToolCall(sessionId: string, outcome: Omit<ToolOutcome, 'tool_name'>): Promise<number> {
     const wake = await this.scripts.resolveToolCall(...this.k(sessionId), sessionId, outcome.tool_call_id, JSON.stringify(outcome), this.maxEvents, this.keys.sessionAppended(sessionId));
-    if (wake < 0) throw sessionScriptError(wake, 'tool result');
+    if (wake < 0) throw scriptError(wake, 'tool result');
     return wake;
   }
 
@@ -255,9 +255,8 @@ export class SessionStore {
       ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant, this.retentionSec,
       status === 'approved' ? modifier : '',
     );
-    if (code === -9) throw new StoreError('approval_not_found', `no pending approval ${id} in session ${sessionId}`);
-    if (code === -10) throw new StoreError('approval_decided', `approval ${id} is already ${(JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided'}`);
-    if (code < 0) throw sessionScriptError(code, 'approval decision');
+    if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(id, (JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided');
+    if (code < 0) throw scriptError(code, `approval ${id} in session ${sessionId}`);
     return { call: JSON.parse(raw!) as ClientCall, wake: code };
   }
 
@@ -285,13 +284,13 @@ export class SessionStore {
       ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
     );
-    if (code < 0) throw sessionScriptError(code, 'cancel turn');
+    if (code < 0) throw scriptError(code, 'cancel turn');
     return code === 1;
   }
 
   async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
     const code = await this.scripts.closeSession(...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
-    if (code < 0) throw sessionScriptError(code, 'close session');
+    if (code < 0) throw scriptError(code, 'close session');
     return code === 1 ? 'closed' : 'already';
   }
 
@@ -300,7 +299,7 @@ export class SessionStore {
     const count = await this.scripts.registerTools(
       ...this.k(sessionId), sessionId, source, JSON.stringify(tools.map((t) => JSON.stringify(t))), systemContext, maxTools, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (count < 0) throw sessionScriptError(count, 'register tools');
+    if (count < 0) throw scriptError(count, 'register tools');
     return count;
   }
 
@@ -312,7 +311,7 @@ export class SessionStore {
   async queueInput(sessionId: string, kind: InputKind, input: { input_id: string; content: string }, maxQueued: number): Promise<{ kind: 'queued'; position: number } | { kind: 'started'; wake: number }> {
     const entry = JSON.stringify({ input_id: input.input_id, content: input.content, queued_at: new Date().toISOString() });
     const [code, value] = await this.scripts.queueInput(...this.k6(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
-    if (code < 0) throw sessionScriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
+    if (code < 0) throw scriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
     return code === 1 ? { kind: 'started', wake: value ?? 0 } : { kind: 'queued', position: value ?? 0 };
   }
 
@@ -322,7 +321,7 @@ export class SessionStore {
       ...this.k6(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (n < 0) throw sessionScriptError(n, 'deliver steering');
+    if (n < 0) throw scriptError(n, 'deliver steering');
     return n;
   }
 
@@ -343,7 +342,7 @@ export class SessionStore {
       ...this.k6(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
-    if (code < 0) throw sessionScriptError(code, 'finish turn');
+    if (code < 0) throw scriptError(code, 'finish turn');
     return code === 2 ? { kind: 'continue' } : { kind: 'ended', next: wake ?? 0 };
   }
 
@@ -352,7 +351,7 @@ export class SessionStore {
     const [code, dropped, wake] = await this.scripts.abortTurn(
       ...this.k6(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     );
-    if (code < 0) throw sessionScriptError(code, 'abort');
+    if (code < 0) throw scriptError(code, 'abort');
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
   }
 
@@ -370,13 +369,13 @@ export class SessionStore {
 
   async setInputModes(sessionId: string, modes: InputModes): Promise<void> {
     const code = await this.scripts.setSessionFields(this.keys.session(sessionId).meta, JSON.stringify(modes));
-    if (code < 0) throw sessionScriptError(code, 'set modes');
+    if (code < 0) throw scriptError(code, 'set modes');
   }
 
   /** The model of an open session; the running turn's next model call uses it. */
   async setModel(sessionId: string, model: string): Promise<void> {
     const code = await this.scripts.setSessionFields(this.keys.session(sessionId).meta, JSON.stringify({ model }));
-    if (code < 0) throw sessionScriptError(code, 'set model');
+    if (code < 0) throw scriptError(code, 'set model');
   }
 
   /** The conversation as chat messages (the transcript list), oldest first. */

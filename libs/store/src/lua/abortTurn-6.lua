@@ -5,13 +5,14 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   ARGV[1] sessionId   ARGV[2] max events   ARGV[3] appended channel   ARGV[4] cancel channel
   ARGV[5] prompt message_id ('' = no prompt)   ARGV[6] prompt content
-  Returns { aborted (1 | 0), dropped count, wake of the prompt's turn or 0 }, or { -1 } no such session,
-  { -2 } session closed.
+  Returns { aborted (1 | 0), dropped count, wake of the prompt's turn or 0 }, or { ERR.session_not_found },
+  { ERR.session_closed }.
 ]]
+--@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1 } end
-if redis.call('HGET', metaKey, 'status') == 'closed' then return { -2 } end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found } end
+if redis.call('HGET', metaKey, 'status') == 'closed' then return { ERR.session_closed } end
 local sid, maxLen, channel = ARGV[1], ARGV[2], ARGV[3]
 local dropped = dropInputs(sid, maxLen, channel, 'abort')
 local aborted = 0

@@ -3,13 +3,14 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] roster
   ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] event type   ARGV[5] payload JSON
   ARGV[6] max events   ARGV[7] channel
-  Returns the new seq, or -1 no such task, -2 task finished, -3 fenced (lease not held).
+  Returns the new seq, or ERR.task_not_found, ERR.task_finished, ERR.lease_lost (lease not held).
 ]]
+--@include errors
 --@include task-log
 
 local taskStatus = redis.call('HGET', metaKey, 'status')
-if not taskStatus then return -1 end -- every task's meta has a status: none means no task
-if TERMINAL[taskStatus] then return -2 end
+if not taskStatus then return ERR.task_not_found end -- every task's meta has a status: none means no task
+if TERMINAL[taskStatus] then return ERR.task_finished end
 local w = loadWorker(ARGV[2])
-if not w or w.status ~= 'running' or w.lease ~= ARGV[3] then return -3 end
+if not w or w.status ~= 'running' or w.lease ~= ARGV[3] then return ERR.lease_lost end
 return appendEvent(ARGV[1], ARGV[6], ARGV[7], ARGV[4], ARGV[2], w.attempt, ARGV[5])

@@ -5,15 +5,16 @@
   KEYS[1] <base>:workers
   ARGV[1] run id   ARGV[2] worker id   ARGV[3] lease id   ARGV[4] records JSON array   ARGV[5] max events
   ARGV[6] channel   ARGV[7] retention seconds
-  Returns the last seq of the run's log; -1 no such run, -2 the run has ended, -3 the caller does not hold it.
+  Returns the last seq of the run's log; ERR.run_not_found, ERR.run_finished, ERR.worker_mismatch.
 ]]
+--@include errors
 --@include run-log
 
 local runId, maxLen, channel = ARGV[1], ARGV[5], ARGV[6]
 local run = loadRun(runId)
-if not run then return -1 end
-if RUN_TERMINAL[run.status] then return -2 end
-if run.worker_id ~= ARGV[2] or run.lease_id ~= ARGV[3] then return -3 end
+if not run then return ERR.run_not_found end
+if RUN_TERMINAL[run.status] then return ERR.run_finished end
+if run.worker_id ~= ARGV[2] or run.lease_id ~= ARGV[3] then return ERR.worker_mismatch end
 local seq = 0
 for _, a in ipairs(cjson.decode(ARGV[4])) do
   local encoded = cjson.encode(a)

@@ -6,14 +6,15 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] roster   KEYS[4] approvals hash
   ARGV[1] taskId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
-  Returns 1 cancelled now, 2 already cancelled, -1 no such task, -2 already completed or failed.
+  Returns 1 cancelled now, 2 already cancelled, ERR.task_not_found, ERR.task_finished.
 ]]
+--@include errors
 --@include task-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.task_not_found end
 local status = redis.call('HGET', metaKey, 'status')
 if status == 'cancelled' then return 2 end
-if TERMINAL[status] then return -2 end
+if TERMINAL[status] then return ERR.task_finished end
 local taskId, reason, maxLen, channel = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 
 -- Workers in a stable order (roster hash order is not), so the log reads the same on every replay.

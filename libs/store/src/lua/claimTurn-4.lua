@@ -8,11 +8,12 @@
   ARGV[1] sessionId   ARGV[2] wake the job was enqueued for   ARGV[3] lease   ARGV[4] host id
   ARGV[5] max events   ARGV[6] channel
   Returns { code, attempt }: 1 taken, 2 taken after a lost attempt (attempt_lost appended), 3 this lease already
-  holds it; 0 nothing to run (the turn ended, was cancelled or moved on to a later wake), -1 no such session.
+  holds it; 0 nothing to run (the turn ended, was cancelled or moved on to a later wake), ERR.session_not_found.
 ]]
+--@include errors
 --@include session-log
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1, 0 } end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found, 0 } end
 local m = redis.call('HMGET', metaKey, 'status', 'wake', 'lease', 'attempt', 'host_id')
 if m[1] ~= 'running' or m[2] ~= ARGV[2] then return { 0, 0 } end
 local lease = ARGV[3]

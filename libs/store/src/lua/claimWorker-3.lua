@@ -10,20 +10,21 @@
             [, roster as HGETALL's flat list] }:
      1 new attempt started (worker_started appended)    2 resumed after waiting for its children
      3 this lease already holds the attempt
-    -1 no such task   -2 task finished   -4 no such worker   -5 worker already finished
+    ERR.task_not_found   ERR.task_finished   ERR.worker_not_found   ERR.worker_finished
   The job needs the worker and the task's goal and team (and the lead its team's results): returning them here
   saves it those round trips.
 ]]
+--@include errors
 --@include task-log
 
 -- Every task's meta has a status (createTask writes it with the rest): none means no task.
 local taskStatus = redis.call('HGET', metaKey, 'status')
-if not taskStatus then return { -1, 0 } end
-if TERMINAL[taskStatus] then return { -2, 0 } end
+if not taskStatus then return { ERR.task_not_found, 0 } end
+if TERMINAL[taskStatus] then return { ERR.task_finished, 0 } end
 local taskId, workerId, lease, hostId, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local w = loadWorker(workerId)
-if not w then return { -4, 0 } end
-if w.status == 'completed' or w.status == 'failed' then return { -5, w.attempt } end
+if not w then return { ERR.worker_not_found, 0 } end
+if w.status == 'completed' or w.status == 'failed' then return { ERR.worker_finished, w.attempt } end
 local function claimed(code)
   local m = redis.call('HMGET', metaKey, 'task_id', 'workspace_id', 'goal', 'mode', 'team')
   local context = cjson.encode({ task_id = m[1], workspace_id = m[2], goal = m[3], mode = m[4], team = m[5],

@@ -5,11 +5,12 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   ARGV[1] sessionId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
-  Returns 1 closed now, 2 already closed, -1 no such session.
+  Returns 1 closed now, 2 already closed, ERR.session_not_found.
 ]]
+--@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 if redis.call('HGET', metaKey, 'status') == 'closed' then return 2 end
 local now = nowMs()
 dropInputs(ARGV[1], ARGV[4], ARGV[5], 'session_closed')

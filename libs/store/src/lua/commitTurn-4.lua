@@ -7,13 +7,14 @@
   ARGV[4] calls to record, JSON array of call objects (each with tool_call_id)
   ARGV[5] meta fields to set, JSON object of strings   ARGV[6] events, JSON array of { t = type, p = payload JSON }
   ARGV[7] max events   ARGV[8] channel
-  Returns the last seq appended (0 when no events), or -1 no such session, -3 the lease no longer holds the turn.
+  Returns the last seq appended (0 when no events), or ERR.session_not_found, ERR.lease_lost.
 ]]
+--@include errors
 --@include session-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 local m = redis.call('HMGET', metaKey, 'status', 'lease')
-if m[1] ~= 'running' or m[2] ~= ARGV[2] then return -3 end
+if m[1] ~= 'running' or m[2] ~= ARGV[2] then return ERR.lease_lost end
 for _, entry in ipairs(cjson.decode(ARGV[3])) do redis.call('RPUSH', transcriptKey, entry) end
 local calls = cjson.decode(ARGV[4])
 for _, call in ipairs(calls) do redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call)) end

@@ -8,16 +8,17 @@
   KEYS[1] <base>:workers
   ARGV[1] run id   ARGV[2] action   ARGV[3] control mode ('' unless set-control-mode)
   ARGV[4] requested by   ARGV[5] command id   ARGV[6] max events   ARGV[7] channel   ARGV[8] retention seconds
-  Returns the seq of the run-control event; or -1 no such run, -2 run finished, -7 action does not fit the run's
-  state.
+  Returns the seq of the run-control event; or ERR.run_not_found, ERR.run_finished, ERR.invalid_state (the action
+  does not fit the run's state).
 ]]
+--@include errors
 --@include run-log
 
 local runId, action, mode, requestedBy, commandId = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local maxLen, channel = ARGV[6], ARGV[7]
 local run = loadRun(runId)
-if not run then return -1 end
-if RUN_TERMINAL[run.status] then return -2 end
+if not run then return ERR.run_not_found end
+if RUN_TERMINAL[run.status] then return ERR.run_finished end
 local now = nowMs()
 local bound = run.worker_id ~= ''
 if action == 'stop' then
@@ -27,12 +28,12 @@ end
 local status = run.status
 local controlMode = run.control_mode
 if action == 'pause' then
-  if status == 'paused' then return -7 end
+  if status == 'paused' then return ERR.invalid_state end
   redis.call('HSET', runMeta(runId), 'status', 'paused', 'paused_from', status)
   if not bound then redis.call('LREM', queueKey, 0, runId) end
   status = 'paused'
 elseif action == 'resume' then
-  if status ~= 'paused' then return -7 end
+  if status ~= 'paused' then return ERR.invalid_state end
   status = run.paused_from
   if not bound then
     status = 'awaiting_worker'
@@ -43,7 +44,7 @@ elseif action == 'set-control-mode' then
   redis.call('HSET', runMeta(runId), 'control_mode', mode)
   controlMode = mode
 else
-  return -7
+  return ERR.invalid_state
 end
 redis.call('HSET', runMeta(runId), 'updated_at', now)
 if bound then queueCommand(run, commandId, action, controlMode, requestedBy, now) end

@@ -5,14 +5,15 @@
   KEYS[1] <base>:workers (every other key shares its base, see run-log.lua)
   ARGV[1] run id   ARGV[2] run fields JSON (strings; '' = unset)   ARGV[3] active-run cap
   ARGV[4] max events   ARGV[5] appended channel   ARGV[6] conversation ref ('' = run-<id>)
-  Returns 1 created, 0 it already existed (a concurrent request with the same Idempotency-Key), -6 the
-  workspace's active-run cap is reached.
+  Returns 1 created, 0 it already existed (a concurrent request with the same Idempotency-Key),
+  ERR.run_cap_reached (the workspace's active-run cap is reached).
 ]]
+--@include errors
 --@include run-log
 
 local runId, cap, maxLen, channel = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 if redis.call('EXISTS', runMeta(runId)) == 1 then return 0 end
-if redis.call('SCARD', activeKey) >= cap then return -6 end
+if redis.call('SCARD', activeKey) >= cap then return ERR.run_cap_reached end
 local now = nowMs()
 local fields = cjson.decode(ARGV[2])
 local conversationRef = ARGV[6] ~= '' and ARGV[6] or ('run-' .. runId)

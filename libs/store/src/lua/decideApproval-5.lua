@@ -9,14 +9,15 @@
   ARGV[11] the grant (approvalGrant of tool and arguments) when the scope is task, else ''
   ARGV[12] retention seconds (the grants set's expiry)
   Returns { code, record JSON, pending approvals left for the same worker }:
-     1 decided now   -1 no such approval   -2 already decided (the record shows how)
+     1 decided now   ERR.approval_not_found   ERR.approval_decided (the record shows how)
 ]]
+--@include errors
 --@include task-log
 
 local raw = redis.call('HGET', KEYS[4], ARGV[2])
-if not raw then return { -1 } end
+if not raw then return { ERR.approval_not_found } end
 local a = cjson.decode(raw)
-if a.status ~= 'pending' then return { -2, raw } end
+if a.status ~= 'pending' then return { ERR.approval_decided, raw } end
 a.status, a.decision_reason, a.decided_by, a.decided_at = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 if ARGV[9] ~= '' then a.modifier = ARGV[9] end
 a.scope = ARGV[10]

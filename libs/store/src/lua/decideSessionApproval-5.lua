@@ -12,13 +12,14 @@
   ARGV[10] the grants set's expiry in seconds
   ARGV[11] modifier (approve only): the amended arguments' JSON text (checked by the caller), or ''. The call
   runs with it: a builtin's worker reads it from the call, a client's tool_request carries it as `parameters`.
-  Returns { wake to enqueue (> 0) or 0, the call JSON }, or { -1 } no such session, { -2 } session closed,
-  { -9 } no such approval in the current turn, { -10, call JSON } already decided.
+  Returns { wake to enqueue (> 0) or 0, the call JSON }, or { ERR.session_not_found }, { ERR.session_closed },
+  { ERR.approval_not_found }, { ERR.approval_decided, call JSON }.
 ]]
+--@include errors
 --@include session-log
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1 } end
-if redis.call('HGET', metaKey, 'status') == 'closed' then return { -2 } end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found } end
+if redis.call('HGET', metaKey, 'status') == 'closed' then return { ERR.session_closed } end
 local raw = redis.call('HGET', callsKey, ARGV[2])
 if not raw then
   local flat = redis.call('HGETALL', callsKey)
@@ -27,10 +28,10 @@ if not raw then
     if c.approval and c.approval.approval_id == ARGV[2] then raw = flat[i] break end
   end
 end
-if not raw then return { -9 } end
+if not raw then return { ERR.approval_not_found } end
 local call = cjson.decode(raw)
-if not call.approval then return { -9 } end
-if call.approval.status ~= 'pending' then return { -10, raw } end
+if not call.approval then return { ERR.approval_not_found } end
+if call.approval.status ~= 'pending' then return { ERR.approval_decided, raw } end
 local now = nowMs()
 local approved = ARGV[3] == 'approved'
 call.approval.status, call.approval.decided_at = ARGV[3], now

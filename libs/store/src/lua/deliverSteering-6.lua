@@ -5,13 +5,14 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   ARGV[1] sessionId   ARGV[2] lease   ARGV[3] transcript entries before the steers, JSON array of message JSON strings
   ARGV[4] events before them, JSON array of { t, p }   ARGV[5] max events   ARGV[6] appended channel
-  Returns how many steering messages were delivered, or -1 no such session, -3 the lease no longer holds the turn.
+  Returns how many steering messages were delivered, or ERR.session_not_found, ERR.lease_lost.
 ]]
+--@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 local m = redis.call('HMGET', metaKey, 'status', 'lease', 'turn')
-if m[1] ~= 'running' or m[2] ~= ARGV[2] then return -3 end
+if m[1] ~= 'running' or m[2] ~= ARGV[2] then return ERR.lease_lost end
 local steers = takeInputs(steerKey, inputMode('steering_mode'))
 local before = cjson.decode(ARGV[3])
 -- Nothing to deliver: the partial answer is not written either (the caller only passes one when a steer waits).

@@ -8,17 +8,18 @@
   ARGV[4] payload JSON (worker_id, user_id, turn_ref, conversation_ref; null when not sent)   ARGV[5] max events
   ARGV[6] channel
   Returns the seq of the run-dispatched event (a repeat by the same worker changes nothing and returns the first
-  one's seq); -1 no such run, -3 this worker does not hold the run (another worker, another lease, another user).
+  one's seq); ERR.run_not_found, ERR.worker_mismatch (another worker, another lease, another user).
 ]]
+--@include errors
 --@include run-log
 
 local runId, workerId, leaseId = ARGV[1], ARGV[2], ARGV[3]
 local run = loadRun(runId)
-if not run then return -1 end
-if run.worker_id ~= workerId or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
+if not run then return ERR.run_not_found end
+if run.worker_id ~= workerId or (leaseId ~= '' and run.lease_id ~= leaseId) then return ERR.worker_mismatch end
 local payload = cjson.decode(ARGV[4])
 -- As the original: a worker of another user is not the holder.
-if type(payload.user_id) == 'string' and run.user_id ~= '' and run.user_id ~= payload.user_id then return -3 end
+if type(payload.user_id) == 'string' and run.user_id ~= '' and run.user_id ~= payload.user_id then return ERR.worker_mismatch end
 if run.dispatched_at and run.dispatched_at ~= '' then return tonumber(run.dispatched_seq or '0') end
 local now = nowMs()
 local turnRef = type(payload.turn_ref) == 'string' and payload.turn_ref or ''

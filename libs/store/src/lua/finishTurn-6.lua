@@ -8,13 +8,14 @@
   ARGV[4] meta fields, JSON object of strings   ARGV[5] events before the end, JSON array of { t, p }
   ARGV[6] stop reason   ARGV[7] max events   ARGV[8] appended channel
   Returns { 2, 0 } the turn goes on with steering, { 1, wake } ended and the next turn started, { 0, 0 } ended;
-  { -1 } no such session, { -3 } the lease no longer holds the turn.
+  { ERR.session_not_found }, { ERR.lease_lost }.
 ]]
+--@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1 } end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found } end
 local m = redis.call('HMGET', metaKey, 'status', 'lease', 'turn')
-if m[1] ~= 'running' or m[2] ~= ARGV[2] then return { -3 } end
+if m[1] ~= 'running' or m[2] ~= ARGV[2] then return { ERR.lease_lost } end
 local sid, maxLen, channel = ARGV[1], ARGV[7], ARGV[8]
 for _, entry in ipairs(cjson.decode(ARGV[3])) do redis.call('RPUSH', transcriptKey, entry) end
 local fields = cjson.decode(ARGV[4])

@@ -7,17 +7,18 @@
   ARGV[5] outcome payload JSON (completed: {result, usage}; failed/released: {reason, message})
   ARGV[6] task outcome: '' | completed | failed      ARGV[7] task payload JSON
   ARGV[8] retention seconds   ARGV[9] max events   ARGV[10] channel
-  Returns the last seq written (0 if none), or -1 no such task, -2 task finished, -3 fenced.
+  Returns the last seq written (0 if none), or ERR.task_not_found, ERR.task_finished, ERR.lease_lost.
 ]]
+--@include errors
 --@include task-log
 
 local taskStatus = redis.call('HGET', metaKey, 'status')
-if not taskStatus then return -1 end -- every task's meta has a status: none means no task
-if TERMINAL[taskStatus] then return -2 end
+if not taskStatus then return ERR.task_not_found end -- every task's meta has a status: none means no task
+if TERMINAL[taskStatus] then return ERR.task_finished end
 local taskId, workerId, lease, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local maxLen, channel = ARGV[9], ARGV[10]
 local w = loadWorker(workerId)
-if not w or w.status ~= 'running' or (lease ~= '' and w.lease ~= lease) then return -3 end
+if not w or w.status ~= 'running' or (lease ~= '' and w.lease ~= lease) then return ERR.lease_lost end
 
 -- Both payloads are decoded before the first write: a script that fails half-way keeps what it wrote.
 local payload = cjson.decode(ARGV[5])

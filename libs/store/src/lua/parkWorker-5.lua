@@ -5,15 +5,16 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] roster   KEYS[4] approvals hash   KEYS[5] parked hash
   ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] park state JSON   ARGV[5] approvals JSON array
   ARGV[6] max events   ARGV[7] channel   ARGV[8] retention seconds
-  Returns the last seq written, or -1 no such task, -2 task finished, -3 fenced (lease not held).
+  Returns the last seq written, or ERR.task_not_found, ERR.task_finished, ERR.lease_lost (lease not held).
 ]]
+--@include errors
 --@include task-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
-if TERMINAL[redis.call('HGET', metaKey, 'status')] then return -2 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.task_not_found end
+if TERMINAL[redis.call('HGET', metaKey, 'status')] then return ERR.task_finished end
 local taskId, workerId, lease, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local w = loadWorker(workerId)
-if not w or w.status ~= 'running' or w.lease ~= lease then return -3 end
+if not w or w.status ~= 'running' or w.lease ~= lease then return ERR.lease_lost end
 local approvals = cjson.decode(ARGV[5])
 local seq = 0
 for _, a in ipairs(approvals) do

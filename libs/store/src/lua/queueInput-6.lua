@@ -6,14 +6,15 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   ARGV[1] sessionId   ARGV[2] kind ('steer' | 'follow_up')   ARGV[3] entry JSON {input_id, content, queued_at}
   ARGV[4] max queued per list   ARGV[5] max events   ARGV[6] appended channel   ARGV[7] cancel channel
-  Returns { 0, position } queued, { 1, wake } started a turn; { -1 } no such session, -2 session closed,
-  -12 the queue is full.
+  Returns { 0, position } queued, { 1, wake } started a turn; { ERR.session_not_found }, { ERR.session_closed },
+  { ERR.queue_full }.
 ]]
+--@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return { -1 } end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found } end
 local status = redis.call('HGET', metaKey, 'status')
-if status == 'closed' then return { -2 } end
+if status == 'closed' then return { ERR.session_closed } end
 local kind, entry = ARGV[2], cjson.decode(ARGV[3])
 local key = kind == 'steer' and steerKey or followKey
 local ttl = tonumber(redis.call('HGET', metaKey, 'ttl'))
@@ -21,7 +22,7 @@ if status == 'idle' then
   redis.call('RPUSH', key, ARGV[3])
   return { 1, continueWithQueued(ARGV[1], ARGV[5], ARGV[6]) }
 end
-if redis.call('LLEN', key) >= tonumber(ARGV[4]) then return { -12 } end
+if redis.call('LLEN', key) >= tonumber(ARGV[4]) then return { ERR.queue_full } end
 local position = redis.call('RPUSH', key, ARGV[3])
 redis.call('EXPIRE', key, ttl)
 appendEvent(ARGV[1], ARGV[5], ARGV[6], 'input_queued',

@@ -10,16 +10,17 @@
   ARGV[1] run id   ARGV[2] worker id ('' = not checked, as the original)   ARGV[3] lease id ('' = not checked)
   ARGV[4] events JSON: a list of {event_type, source, payload JSON, error text} tuples (payloads pass through untouched)   ARGV[5] max events   ARGV[6] channel   ARGV[7] retention seconds
   ARGV[8] batch id ('' = none): a batch retried after a lost reply is recognised and not written twice
-  Returns the last seq; -1 no such run, -3 the named worker does not hold the run.
+  Returns the last seq; ERR.run_not_found, ERR.worker_mismatch.
 ]]
+--@include errors
 --@include run-log
 
 local runId, workerId, leaseId, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6]
 local run = loadRun(runId)
-if not run then return -1 end
+if not run then return ERR.run_not_found end
 local batchId = ARGV[8]
 if batchId ~= '' and run.last_batch_id == batchId then return tonumber(run.seq) end
-if (workerId ~= '' and run.worker_id ~= workerId) or (leaseId ~= '' and run.lease_id ~= leaseId) then return -3 end
+if (workerId ~= '' and run.worker_id ~= workerId) or (leaseId ~= '' and run.lease_id ~= leaseId) then return ERR.worker_mismatch end
 local seq = 0
 local now = nowMs()
 local status = run.status

@@ -5,17 +5,18 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
   ARGV[1] sessionId   ARGV[2] tool_call_id   ARGV[3] outcome JSON { success, result, exit_code?, truncated,
   duration_ms?, timed_out? }   ARGV[4] max events   ARGV[5] channel
-  Returns the wake to enqueue (> 0), 0 when the turn needs no continuation yet, or -1 no such session,
-  -2 session closed, -9 no such call in the current turn, -10 the call already has its result.
+  Returns the wake to enqueue (> 0), 0 when the turn needs no continuation yet, or ERR.session_not_found,
+  ERR.session_closed, ERR.tool_call_not_found, ERR.tool_call_finished.
 ]]
+--@include errors
 --@include session-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
-if redis.call('HGET', metaKey, 'status') == 'closed' then return -2 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
+if redis.call('HGET', metaKey, 'status') == 'closed' then return ERR.session_closed end
 local raw = redis.call('HGET', callsKey, ARGV[2])
-if not raw then return -9 end
+if not raw then return ERR.tool_call_not_found end
 local call = cjson.decode(raw)
-if call.status ~= 'pending' then return -10 end
+if call.status ~= 'pending' then return ERR.tool_call_finished end
 local outcome = cjson.decode(ARGV[3])
 call.status, call.success, call.result = 'done', outcome.success, outcome.result
 redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))

@@ -6,14 +6,15 @@
   content parts: the text part, then image_url parts, which the user_message event counts as `images`)
   ARGV[4] turn tool snapshot JSON ('' = the session's tools)   ARGV[5] turn system context ('' = none)
   ARGV[6] max events   ARGV[7] channel
-  Returns the new wake (> 0), or -1 no such session, -2 session closed, -8 a turn is in progress.
+  Returns the new wake (> 0), or ERR.session_not_found, ERR.session_closed, ERR.turn_in_progress.
 ]]
+--@include errors
 --@include session-log
 
-if redis.call('EXISTS', metaKey) == 0 then return -1 end
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 local status = redis.call('HGET', metaKey, 'status')
-if status == 'closed' then return -2 end
-if status ~= 'idle' then return -8 end
+if status == 'closed' then return ERR.session_closed end
+if status ~= 'idle' then return ERR.turn_in_progress end
 local now = nowMs()
 local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
 local turn = redis.call('HINCRBY', metaKey, 'turn', 1)

@@ -1,0 +1,46 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { startTestRedis } from '@cadre/testing';
+import { luaErrorTable, scriptError, SCRIPT_ERRORS, type ScriptErrorCode } from './errors.ts';
+
+const LUA_DIR = new URL('./lua/', import.meta.url);
+const scripts = readdirSync(LUA_DIR)
+  .filter((f) => f.endsWith('.lua'))
+  .map((file) => ({ file, lua: readFileSync(new URL(file, LUA_DIR), 'utf8') }));
+
+describe('the one table of script errors', () => {
+  it('gives each code one meaning, and decodes every code to its own StoreError', () => {
+    const codes = Object.values(SCRIPT_ERRORS).map((e) => e.code);
+    expect(new Set(codes).size).toBe(codes.length);
+    for (const [name, { code }] of Object.entries(SCRIPT_ERRORS)) {
+      expect(code).toBeLessThan(0);
+      expect(scriptError(code, 'op')).toMatchObject({ code: name, message: `op: ${SCRIPT_ERRORS[name as ScriptErrorCode].text}` });
+    }
+    expect(scriptError(-999, 'op')).toMatchObject({ code: 'unexpected_script_result', message: 'op: unexpected script result -999' });
+  });
+
+  it('is what every script answers with: no bare negative codes, only ERR names the table has, and the include', () => {
+    for (const { file, lua } of scripts) {
+      const body = lua.slice(lua.indexOf(']]'));
+      expect(body, file).not.toMatch(/return\s*\{?\s*-\d/);
+      const used = [...lua.matchAll(/\bERR\.(\w+)/g)].map((m) => m[1]!);
+      for (const name of used) expect(Object.keys(SCRIPT_ERRORS), `${file}: ERR.${name}`).toContain(name);
+      if (used.length > 0) expect(lua, file).toMatch(/^--@include errors$/m);
+    }
+  });
+
+  it('reaches Redis as ERR.<code> with the same numbers, and a name it lacks raises instead of answering nil', async () => {
+    const server = await startTestRedis();
+    const redis = server.connect();
+    try {
+      const table = luaErrorTable();
+      for (const [name, { code }] of Object.entries(SCRIPT_ERRORS)) {
+        expect(await redis.eval(`${table}return ERR.${name}`, 0)).toBe(code);
+      }
+      await expect(redis.eval(`${table}return ERR.no_such_code`, 0)).rejects.toThrow(/no script error named no_such_code/);
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
+  });
+});
