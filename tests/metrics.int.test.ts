@@ -77,6 +77,16 @@ describe('metrics', () => {
     expect(after.gateway.value('cadre_queue_jobs', { queue: 'agents', state: 'active' })).toBe(0);
     expect(after.gateway.names()).toContain('cadre_runs');
 
+    // Events appended, counted by the process whose script wrote them: the task's log by the gateway (task_queued)
+    // and the worker (the rest), the run's by the gateway alone (creation, dispatch, the agent's relays). Summed over
+    // processes, exactly the logs' lengths.
+    const taskLength = (await httpClient(stack.url).get<{ task: { last_seq: number } }>(`/api/tasks/${taskId}`)).body.task.last_seq;
+    const runLength = (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}/events?limit=1000`)).body.events.length as number;
+    expect(moved('gateway', 'cadre_events_appended_total', { log: 'task' })).toBe(1);
+    expect(moved('worker', 'cadre_events_appended_total', { log: 'task' })).toBe(taskLength - 1);
+    expect(moved('gateway', 'cadre_events_appended_total', { log: 'run' })).toBe(runLength);
+    expect(moved('worker', 'cadre_events_appended_total', { log: 'run' })).toBe(0);
+
     // Worker: model calls, tokens and latency per model, turns, tools, task duration.
     expect(moved('worker', 'cadre_model_requests_total', { model: 'cadre-scripted', outcome: 'ok' })).toBe(3);
     expect(moved('worker', 'cadre_model_request_duration_seconds_count', { model: 'cadre-scripted' })).toBe(3);
@@ -99,6 +109,7 @@ describe('metrics', () => {
   it('count a session turn\'s model calls (a client tool round trip) on the worker like a team agent\'s', async () => {
     const api = httpClient(stack.url);
     const start = await Scrape.of(workerMetrics);
+    const gatewayStart = await Scrape.of(`${stack.url}/metrics`);
     const created = await api.post<{ session: { session_id: string } }>('/api/sessions', {
       workspace_id: 'metrics',
       tools: [{ name: 'get_location', description: 'Where the user is', parameters: { type: 'object', properties: {} } }],
@@ -128,6 +139,18 @@ describe('metrics', () => {
     expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'input' })).toBeGreaterThan(0);
     expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'output' })).toBeGreaterThan(0);
     expect(end.text).not.toContain(id);
+
+    // The session's log: the client's message and tool result appended by the gateway, the turn's events by the
+    // worker; together, exactly its length. (The worker counts a script's appends when its reply arrives, which may
+    // be just after a reader saw them: wait for the count to reach the length, then check it did not pass it.)
+    const length = (await api.get<{ session: { last_seq: number } }>(`/api/sessions/${id}`)).body.session.last_seq;
+    const appendedSince = async (scrape: Scrape, url: string) => (await Scrape.of(url)).value('cadre_events_appended_total', { log: 'session' }) - scrape.value('cadre_events_appended_total', { log: 'session' });
+    const byProcess = async () => [await appendedSince(gatewayStart, `${stack.url}/metrics`), await appendedSince(start, workerMetrics)] as const;
+    await waitUntil('the session\'s appends to be counted', async () => (await byProcess()).reduce((a, b) => a + b) >= length);
+    const [byGateway, byWorker] = await byProcess();
+    expect(byGateway).toBeGreaterThan(0);
+    expect(byWorker).toBeGreaterThan(0);
+    expect(byGateway + byWorker).toBe(length);
   });
 
   it('never carry a task or run id in a label', () => {

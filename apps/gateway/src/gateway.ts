@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
-import { bullmqTelemetry, createMetricsRegistry, scrubError, type Logger } from '@cadre/observability';
+import { bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
@@ -93,6 +93,8 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const sessionStreams = new Gauge({ name: 'cadre_session_streams', help: 'Open StreamSession calls', registers: [metrics] });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
+  // Task creations, run relays and control, session inputs, approvals: every store here appends through `redis`.
+  eventsAppendedMetric(metrics, () => eventsAppended(redis));
   new Counter({ name: 'cadre_fanout_notifications_total', help: 'Append notifications heard on the shard channels of the logs this gateway watches', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
   new Gauge({ name: 'cadre_fanout_channels', help: 'Shard channels this gateway is subscribed to (one per watched task or session, one per workspace with watched runs)', registers: [metrics], collect() { this.set(fanout.subscribedChannels()); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });

@@ -1,9 +1,9 @@
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
-import { agentMetrics, bullmqTelemetry, createMetricsRegistry, scrubError, serveMetrics, type Logger } from '@cadre/observability';
+import { agentMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
-import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, type AgentJobData } from '@cadre/store';
+import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
@@ -37,6 +37,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const metrics = createMetricsRegistry('worker');
   const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
   const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
+  // The agents' task and session events: every store here appends through `redis`.
+  eventsAppendedMetric(metrics, () => eventsAppended(redis));
   new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
   const taskSeconds = new Histogram({ name: 'cadre_task_duration_seconds', help: 'Task duration from creation to its end as the lead records it, by status', labelNames: ['status'], registers: [metrics], buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600] });
   const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs and session turns handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });

@@ -43,6 +43,23 @@ export async function serveMetrics(opts: { port: number; host: string; registry:
 }
 
 /**
+ * `cadre_events_appended_total{log}`: the events this process's append scripts wrote, per kind of log (task, run,
+ * session, approvals). Every process that appends exposes it, so its sum over processes is the cluster-wide rate.
+ */
+export function eventsAppendedMetric(registry: Registry, appended: () => Readonly<Record<string, number>>): void {
+  new Counter({
+    name: 'cadre_events_appended_total',
+    help: 'Events appended by this process to task, run, session and approvals logs (sum over processes for the cluster-wide rate)',
+    labelNames: ['log'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [log, n] of Object.entries(appended())) this.inc({ log }, n);
+    },
+  });
+}
+
+/**
  * Keeps a label's values bounded when they come from users (model names in a team spec): the first `max`
  * distinct values are kept, later new ones are reported as `other`.
  */

@@ -20,7 +20,7 @@ function loadScripts(): ScriptSource[] {
       const match = /^(\w+)-(\d+)\.lua$/.exec(file);
       if (!match) throw new Error(`lua script ${file} must be named <name>-<numberOfKeys>.lua`);
       const raw = readFileSync(new URL(file, LUA_DIR), 'utf8');
-      return { name: match[1]!, numberOfKeys: Number(match[2]), lua: inline(raw) };
+      return { name: match[1]!, numberOfKeys: Number(match[2]), lua: countingAppends(inline(raw)) };
     });
 }
 
@@ -32,6 +32,40 @@ function inline(source: string, seen = new Set<string>()): string {
     if (inc === 'errors') return luaErrorTable();
     return inline(readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'), seen);
   });
+}
+
+/** The kinds of event log the scripts append to (event-log.lua's `log` argument), as the metric labels them. */
+export const EVENT_LOGS = ['task', 'run', 'session', 'approvals'] as const;
+export type EventLog = (typeof EVENT_LOGS)[number];
+
+/**
+ * Wraps a script so that its reply also says how many events it appended to each kind of log: appendToLog
+ * (event-log.lua) counts into `appendedEvents`, declared here around the script's body. Every script goes through
+ * this one place, so no call site counts by hand and none can forget to. The reply becomes
+ * `[<count per EVENT_LOGS>..., <the script's own reply>]` (the reply last: a nil reply leaves the counts in place).
+ */
+function countingAppends(lua: string): string {
+  return [
+    `local appendedEvents = { ${EVENT_LOGS.map((log) => `${log} = 0`).join(', ')} }`,
+    'local function script()',
+    lua,
+    'end',
+    'local reply = script()',
+    `return { ${EVENT_LOGS.map((log) => `appendedEvents.${log}`).join(', ')}, reply }`,
+  ].join('\n');
+}
+
+/** Events appended by the scripts each connection ran: what this process wrote, per kind of log. */
+const appended = new WeakMap<RedisClient, Record<EventLog, number>>();
+
+/** The events this connection's scripts have appended since it opened, per kind of log (for metrics). */
+export function eventsAppended(redis: RedisClient): Readonly<Record<EventLog, number>> {
+  let counts = appended.get(redis);
+  if (!counts) {
+    counts = Object.fromEntries(EVENT_LOGS.map((log) => [log, 0])) as Record<EventLog, number>;
+    appended.set(redis, counts);
+  }
+  return counts;
 }
 
 let cached: ScriptSource[] | undefined;
@@ -88,7 +122,14 @@ export interface StoreScripts {
   decideRunApproval(...args: ScriptArg[]): Promise<[number, string?]>;
 }
 
+/** The scripts as methods: each returns the script's own reply, and adds what it appended to eventsAppended. */
 export function scriptsOf(redis: RedisClient): StoreScripts {
   defineScripts(redis);
-  return redis as unknown as StoreScripts;
+  const counts = eventsAppended(redis) as Record<EventLog, number>;
+  const command = redis as unknown as Record<string, (...args: ScriptArg[]) => Promise<unknown[]>>;
+  return Object.fromEntries(cached!.map(({ name }) => [name, async (...args: ScriptArg[]) => {
+    const reply = await command[name]!(...args);
+    EVENT_LOGS.forEach((log, i) => (counts[log] += reply[i] as number));
+    return reply[EVENT_LOGS.length] ?? null;
+  }])) as unknown as StoreScripts;
 }

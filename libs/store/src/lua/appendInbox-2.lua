@@ -12,6 +12,6 @@
 
 local seq = 0
 for _, e in ipairs(cjson.decode(ARGV[4])) do
-  seq = appendToLog(KEYS[1], KEYS[2], ARGV[3], ARGV[1], ARGV[2], { 't', e[1], 'p', e[2] })
+  seq = appendToLog('approvals', KEYS[1], KEYS[2], ARGV[3], ARGV[1], ARGV[2], { 't', e[1], 'p', e[2] })
 end
 return seq

@@ -16,9 +16,13 @@ end
 -- with XRANGE (<after_seq>. `fields` is a flat list of field, value pairs; `ts` is added. Watchers are woken
 -- with `<logId> <seq>` on `channel`: a shard channel in the log's own slot (KeyBuilder.taskAppended & co.), so
 -- only the nodes and gateways that watch this log hear it, on Redis Cluster as on one node.
-local function appendToLog(metaKey, eventsKey, logId, maxLen, channel, fields)
+-- `log` is the kind of log (task | run | session | approvals): the append is counted in `appendedEvents`, which
+-- the script loader declares around every script and returns with its reply (scripts.ts), so the process that
+-- ran the script counts what it appended (cadre_events_appended_total).
+local function appendToLog(log, metaKey, eventsKey, logId, maxLen, channel, fields)
   local seq = redis.call('HINCRBY', metaKey, 'seq', 1)
   redis.call('XADD', eventsKey, 'MAXLEN', maxLen, seq .. '-0', 'ts', nowMs(), unpack(fields))
   redis.call('SPUBLISH', channel, logId .. ' ' .. seq)
+  appendedEvents[log] = appendedEvents[log] + 1
   return seq
 end

@@ -32,7 +32,7 @@ local function runWorkerView(w, now)
 end
 
 local function appendRunEvent(runId, maxLen, channel, eventType, source, payload)
-  return appendToLog(runMeta(runId), runEvents(runId), 'run:' .. runId, maxLen, channel,
+  return appendToLog('run', runMeta(runId), runEvents(runId), 'run:' .. runId, maxLen, channel,
     { 't', eventType, 's', source, 'p', payload })
 end
 
@@ -66,7 +66,7 @@ local function runApprovals(runId) return base .. ':run:' .. runId .. ':approval
 local INBOX_MAX = 10000
 
 local function announceApproval(channel, eventType, encoded)
-  appendToLog(base .. ':approvals:meta', base .. ':approvals:events', 'approvals:' .. string.match(base, '{w:(.*)}$'),
+  appendToLog('approvals', base .. ':approvals:meta', base .. ':approvals:events', 'approvals:' .. string.match(base, '{w:(.*)}$'),
     INBOX_MAX, channel, { 't', eventType, 'p', encoded })
 end
 

@@ -9,7 +9,7 @@ local metaKey, eventsKey, transcriptKey, callsKey = KEYS[1], KEYS[2], KEYS[3], K
 
 -- A session event: t type, p payload JSON. The log id (what the appended channel carries) is the session id.
 local function appendEvent(sessionId, maxLen, channel, eventType, payload)
-  return appendToLog(metaKey, eventsKey, sessionId, maxLen, channel, { 't', eventType, 'p', payload })
+  return appendToLog('session', metaKey, eventsKey, sessionId, maxLen, channel, { 't', eventType, 'p', payload })
 end
 
 -- Calls still waiting for a client's result or an approval, in the model's order.

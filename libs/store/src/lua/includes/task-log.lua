@@ -8,7 +8,7 @@ local TERMINAL = { completed = true, failed = true, cancelled = true }
 
 -- A team event: t type, w worker id ('' for task events), a attempt, p payload JSON. The log id is the task id.
 local function appendEvent(taskId, maxLen, channel, eventType, workerId, attempt, payload)
-  return appendToLog(metaKey, eventsKey, taskId, maxLen, channel, { 't', eventType, 'w', workerId, 'a', attempt, 'p', payload })
+  return appendToLog('task', metaKey, eventsKey, taskId, maxLen, channel, { 't', eventType, 'w', workerId, 'a', attempt, 'p', payload })
 end
 
 local function loadWorker(workerId)
