@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TEST_API_KEY, assertContiguous, grpcClient, httpClient, watchTeam } from '@cadre/testing';
+import { readSse } from './support/sse.ts';
 import { TestStack } from './support/stack.ts';
 
 // SIGTERM on a gateway process that 100 watchers are streaming a live task from: each gets a resumable status
@@ -15,30 +16,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.stop();
 });
-
-/** An SSE stream read to its end: the event ids it carried and the `error` frame, if one closed it. */
-async function readSse(url: string, afterSeq: number, onEvent: () => void): Promise<{ seqs: number[]; error: { code: string; last_seq: number } | null }> {
-  const res = await fetch(`${url}?after_seq=${afterSeq}`, { headers: { authorization: `Bearer ${TEST_API_KEY}` } });
-  const seqs: number[] = [];
-  let error: { code: string; last_seq: number } | null = null;
-  let buffer = '';
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body!) {
-    buffer += decoder.decode(chunk as Uint8Array, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf('\n\n')) >= 0) {
-      const frame = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const id = /^id: (\d+)$/m.exec(frame);
-      if (id) {
-        seqs.push(Number(id[1]));
-        onEvent();
-      }
-      if (/^event: error$/m.test(frame)) error = JSON.parse(/^data: (.*)$/m.exec(frame)![1]!);
-    }
-  }
-  return { seqs, error };
-}
 
 describe('gateway SIGTERM under load', () => {
   it('closes 100 live watchers with a resumable status; each resumes on another gateway with no gap', async () => {
@@ -64,7 +41,7 @@ describe('gateway SIGTERM under load', () => {
     };
     const client = grpcClient(`127.0.0.1:${leaving.port}`);
     const grpcCuts = Array.from({ length: GRPC_WATCHERS }, () => watchTeam(client, { taskId }, TEST_API_KEY, firstEvent()));
-    const sseCuts = Array.from({ length: SSE_WATCHERS }, () => readSse(`${leaving.url}/api/tasks/${taskId}/stream`, 0, firstEvent()));
+    const sseCuts = Array.from({ length: SSE_WATCHERS }, () => readSse(`${leaving.url}/api/tasks/${taskId}/stream`, 0, { onEvent: firstEvent() }));
     await allStarted;
 
     const exited = new Promise<number | null>((resolve) => leaving.child.once('exit', resolve));
@@ -86,7 +63,7 @@ describe('gateway SIGTERM under load', () => {
     const staying = grpcClient(stack.grpcTarget);
     try {
       const resumedGrpc = await Promise.all(grpcResults.map((cut) => watchTeam(staying, { taskId, afterSeq: cut.events.at(-1)?.seq ?? 0 })));
-      const resumedSse = await Promise.all(sseResults.map((cut) => readSse(`${stack.url}/api/tasks/${taskId}/stream`, cut.error!.last_seq, () => undefined)));
+      const resumedSse = await Promise.all(sseResults.map((cut) => readSse(`${stack.url}/api/tasks/${taskId}/stream`, cut.error!.last_seq)));
       const full = (await httpClient(stack.url).get<{ events: { seq: number }[] }>(`/api/tasks/${taskId}/events?limit=1000`)).body.events.map((e) => e.seq);
       grpcResults.forEach((cut, i) => {
         const rest = resumedGrpc[i]!;

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertContiguous, httpClient, waitUntil } from '@cadre/testing';
+import { sessionEvents, type SessionLogEvent } from './support/session-client.ts';
 import { TestStack } from './support/stack.ts';
 
 // SIGTERM on a worker process with 20 session turns streaming: the turns that can finish within the drain
@@ -14,12 +15,6 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-interface Ev {
-  seq: number;
-  event_type: string;
-  payload: Record<string, any>;
-}
-
 const GRACE_MS = 5_000;
 // Each streams an answer after a builtin tool call (the tool's result is a boundary). Short ones have at most a
 // second of stream left when the signal comes; long ones (~200 chunks 40 ms apart) outlast the deadline.
@@ -27,9 +22,7 @@ const SHORT = 'Compute then answer [[scripted:call=calculate({"expression":"6*7"
 const LONG = 'Compute then explain [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=600]] [[scripted:chunk_delay=40]]';
 
 const api = () => httpClient(stack.url);
-async function events(sessionId: string): Promise<Ev[]> {
-  return (await api().get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
-}
+const events = (sessionId: string): Promise<SessionLogEvent[]> => sessionEvents(stack.url, sessionId);
 async function newSession(tools: object[] = []): Promise<string> {
   const res = await api().post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'drain', tools });
   expect(res.status).toBe(201);
@@ -39,7 +32,7 @@ async function session(sessionId: string): Promise<{ status: string; last_seq: n
   return (await api().get<{ session: { status: string; last_seq: number; pending_tool_calls: unknown[] } }>(`/api/sessions/${sessionId}`)).body.session;
 }
 /** The text a client shows: deltas after the last `attempt_lost` replace what the lost attempt had streamed. */
-function shownText(evs: Ev[]): string {
+function shownText(evs: SessionLogEvent[]): string {
   const restart = evs.findLastIndex((e) => e.event_type === 'attempt_lost');
   return evs.slice(restart + 1).filter((e) => e.event_type === 'text_delta').map((e) => e.payload.content).join('');
 }

@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { SessionRequest, type AgentServiceClient, type DeepPartial, type SessionResponse } from '@cadre/protocol';
-import { TEST_API_KEY } from '@cadre/testing';
+import { TEST_API_KEY, httpClient } from '@cadre/testing';
 
 type Frame = SessionResponse;
 export type FrameCase = NonNullable<Frame['response']>['$case'];
@@ -81,3 +81,15 @@ export class SessionStream {
 }
 
 export const isCase = (kind: FrameCase) => (f: Frame): boolean => f.response?.$case === kind;
+
+/** One event of a session's log, as HTTP polling returns it. */
+export interface SessionLogEvent {
+  seq: number;
+  event_type: string;
+  payload: Record<string, unknown>;
+}
+
+/** A session's whole log (up to 1,000 events) from `GET /api/sessions/:id/events`. */
+export async function sessionEvents(baseUrl: string, sessionId: string): Promise<SessionLogEvent[]> {
+  return (await httpClient(baseUrl).get<{ events: SessionLogEvent[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
+}

@@ -2,7 +2,7 @@ import type { WebSocket } from 'ws';
 import type { Logger } from '@cadre/observability';
 import type { SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, clientTools, type SessionEngine, type ToolInput } from '@cadre/session';
-import { sessionOfApproval, type LogWatcher } from '@cadre/store';
+import { WatchClosedError, sessionOfApproval, type LogWatcher } from '@cadre/store';
 import { ApiError } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
@@ -23,6 +23,9 @@ export interface WindieSocketDeps {
 }
 
 const POLICY_VIOLATION = 1008;
+/** RFC 6455 "going away": the gateway drains; the client reconnects (to another gateway) and goes on. */
+export const GOING_AWAY = 1001;
+export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
 // Parts of WindieOS that live on the desktop or in its own services, not in an agent runtime.
 const OUTSIDE_CADRE: Record<string, string> = {
   'wakeword-detected': 'wakeword detection',
@@ -271,6 +274,8 @@ export class WindieSocket {
       try {
         for await (const event of watcher) for (const m of toServerMessages(sessionId, event, answer)) this.send(m);
       } catch (err) {
+        // The gateway drains: the socket goes away (the turn goes on on the workers) rather than report an error.
+        if (err instanceof WatchClosedError && err.code === 'shutting_down') return this.close(GOING_AWAY, GATEWAY_SHUTTING_DOWN);
         this.send(serverMessage('error', { message: `the conversation's stream ended: ${errorText(err)}` }));
       } finally {
         this.watchers.delete(sessionId);
@@ -312,6 +317,6 @@ function historyEntry(m: unknown, i: number): { role: 'user' | 'assistant'; cont
 }
 
 function errorText(err: unknown): string {
-  if (err instanceof WindieProtocolError || err instanceof SessionEngineError || err instanceof ApiError) return err.message;
+  if (err instanceof WindieProtocolError || err instanceof SessionEngineError || err instanceof ApiError || err instanceof WatchClosedError) return err.message;
   return 'internal error';
 }
