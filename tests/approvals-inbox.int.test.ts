@@ -71,6 +71,16 @@ const requestedAfter = (taskId: string, afterSeq = 0): Promise<Requested> =>
 
 const resultOf = (events: TeamEvent[]): string => (events.find((e) => e.worker_id === 'calc-1' && e.event_type === 'worker_completed') as Completed).payload.result;
 
+/** The session's pending approval, once it has asked (read on the gateway at `base`). */
+async function pendingApprovalOf(base: string, workspaceId: string, sessionId: string): Promise<Approval> {
+  let found: Approval | undefined;
+  await waitUntil('the session to ask', async () => {
+    found = (await httpClient(base, TEST_API_KEY).get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=${workspaceId}&session_id=${sessionId}&status=pending`)).body.approvals[0];
+    return found !== undefined;
+  });
+  return found!;
+}
+
 /** Reads the inbox's SSE stream until `count` frames arrived, then hangs up. */
 async function readInbox(base: string, key: string, query: string, count: number, headers: Record<string, string> = {}): Promise<{ status: number; frames: { id: number; event: string; data: Approval & { seq: number } }[] }> {
   const ac = new AbortController();
@@ -289,14 +299,7 @@ describe('a worker killed while its approval waits', () => {
       expect(created.status).toBe(201);
       return created.body.session.session_id;
     };
-    const pendingOf = async (sessionId: string): Promise<Approval> => {
-      let found: Approval | undefined;
-      await waitUntil('the session to ask', async () => {
-        found = (await httpClient(second, TEST_API_KEY).get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=wss&session_id=${sessionId}&status=pending`)).body.approvals[0];
-        return found !== undefined;
-      });
-      return found!;
-    };
+    const pendingOf = (sessionId: string): Promise<Approval> => pendingApprovalOf(second, 'wss', sessionId);
     const decidedOne = await session();
     await api.post(`/api/sessions/${decidedOne}/messages`, { content: `Sum ${calc('2+2')}` });
     const first = await pendingOf(decidedOne);
@@ -315,6 +318,29 @@ describe('a worker killed while its approval waits', () => {
     ]);
     expect(frames[0]!.data).toMatchObject({ session_id: decidedOne, tool_name: 'calculate', workspace_id: 'wss' });
     expect(frames[1]!.data).toMatchObject({ decided_by: 'operator-key' });
+  });
+
+  it("every path that ends a session's turn announces its cancelled approvals: abort with a prompt (the next turn starts at once) and close", async () => {
+    // Workspace wsx is this test's alone: its inbox log starts here.
+    const api = httpClient(stack.url, TEST_API_KEY);
+    const askedIn = (sessionId: string): Promise<Approval> => pendingApprovalOf(stack.url, 'wsx', sessionId);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'wsx', approval_policy: ASK_CALC });
+    const sessionId = created.body.session.session_id;
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${calc('4+4')}` });
+    const aborted = await askedIn(sessionId);
+    const abort = await api.post<{ aborted: boolean }>(`/api/sessions/${sessionId}/abort`, { prompt: { content: `Now ${calc('5+5')}` } });
+    expect(abort.body.aborted).toBe(true);
+    const closed = await askedIn(sessionId);
+    expect((await api.request('DELETE', `/api/sessions/${sessionId}`, {})).status).toBe(200);
+
+    const { frames } = await readInbox(second, TEST_API_KEY, 'workspace_id=wsx', 4);
+    expect(frames.map((f) => [f.event, f.data.approval_id, f.data.status])).toEqual([
+      ['approval_requested', aborted.approval_id, 'pending'],
+      ['approval_decided', aborted.approval_id, 'cancelled'],
+      ['approval_requested', closed.approval_id, 'pending'],
+      ['approval_decided', closed.approval_id, 'cancelled'],
+    ]);
+    expect(frames[1]!.data).toMatchObject({ session_id: sessionId, decided_by: '' });
   });
 
   it('scope "session": the same tool and arguments no longer ask for the rest of the session; other arguments still do', async () => {

@@ -74,12 +74,11 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   });
   const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessions = new SessionEngine({
-    store: new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask }),
+    store: new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvalStore }),
     queue: sessionQueue,
     fanout,
     defaultModel: config.model,
     models: config.extraModels.split(',').map((m) => m.trim()).filter(Boolean),
-    announceApprovals: (workspaceId, type, views) => approvalStore.announce(workspaceId, type, views),
   });
   const runApprovals = new RunApprovals({ runs: runStore, approvals: approvalStore });
   const approvals = new ApprovalService({

@@ -29,7 +29,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
-  const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask });
+  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvals });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const cancels = new CancelRegistry((taskId) => store.hasEnded(taskId));
   await cancels.listen({ subscriber, channel: keys.cancelChannel() });
@@ -44,7 +45,6 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs and session turns handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
-  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   // Team agents and session turns report model calls to one observer: one set of per-model series.
   const agentObserver = agentMetrics(metrics);
   const processor = new AgentJobProcessor({
@@ -69,7 +69,6 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
-      announceApprovals: (workspaceId, type, views) => approvals.announce(workspaceId, type, views),
       observer: agentObserver,
     }),
     cancels,

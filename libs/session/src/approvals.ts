@@ -1,4 +1,3 @@
-import type { ApprovalStatus } from '@cadre/protocol';
 import { policyProblem, type ApprovalRule, type ClientCall } from '@cadre/store';
 import { invalid } from './errors.ts';
 import type { SessionQueue } from './session-queue.ts';
@@ -25,45 +24,6 @@ export function approvalRules(rules: readonly ApprovalRule[], what: string): App
   });
 }
 
-/** A session approval as the approvals API shows it (the same fields as a team worker's record). */
-export interface SessionApprovalView {
-  approval_id: string;
-  workspace_id: string;
-  session_id: string;
-  task_id: string;
-  worker_id: string;
-  call_id: string;
-  /** The call's place among its turn's calls (the model's order), from 0. */
-  order: number;
-  tool_name: string;
-  arguments: string;
-  reason: string;
-  timeout_secs: number;
-  status: ApprovalStatus;
-  created_at: number;
-  expires_at: number;
-  decided_at?: number;
-  decided_by?: string;
-  decision_reason?: string;
-  scope?: 'once' | 'session';
-  /** The amended arguments (a JSON object's text) the call ran with instead of the model's. */
-  modifier?: string;
-}
-
-export function approvalView(workspaceId: string, sessionId: string, call: ClientCall): SessionApprovalView {
-  const a = call.approval!;
-  return {
-    approval_id: a.approval_id, workspace_id: workspaceId, session_id: sessionId, task_id: '', worker_id: '', call_id: call.tool_call_id, order: call.order,
-    tool_name: call.tool_name, arguments: call.arguments, reason: a.reason, timeout_secs: a.timeout_secs, status: a.status,
-    created_at: a.created_at, expires_at: a.expires_at,
-    ...(a.decided_at !== undefined && { decided_at: a.decided_at }),
-    ...(a.decided_by !== undefined && { decided_by: a.decided_by }),
-    ...(a.decision_reason !== undefined && { decision_reason: a.decision_reason }),
-    ...(a.scope !== undefined && { scope: a.scope }),
-    ...(a.modifier !== undefined && { modifier: a.modifier }),
-  };
-}
-
 /**
  * What follows a decision outside the script: an approved client call's own deadline starts, and a turn whose
  * last awaited call this was is resumed by a continuation job.
@@ -75,9 +35,3 @@ export async function afterDecision(queue: SessionQueue, sessionId: string, deci
   }
   if (wake > 0) await queue.enqueueTurn(sessionId, wake);
 }
-
-/**
- * Tells the workspace's approvals inbox (GET /api/approvals/stream) about transitions the session's own script
- * just recorded. Wired by the apps to ApprovalStore.announce; without it sessions' approvals stay in their own log.
- */
-export type AnnounceApprovals = (workspaceId: string, type: 'approval_requested' | 'approval_decided', approvals: SessionApprovalView[]) => Promise<void>;

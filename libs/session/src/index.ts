@@ -4,7 +4,8 @@
 export { SessionEngine, parseArguments, type Scope, type StartInput, type MessageInput, type ToolResultInput, type HistoryInput, type SessionEngineDeps, type QueuedInputOutcome } from './session-engine.ts';
 export { TurnRunner, type TurnRunnerDeps, type TurnRunOutcome } from './turn-runner.ts';
 export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JOB, turnJobId, deadlineJobId, approvalDeadlineJobId, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type ApprovalDeadlineJobData } from './session-queue.ts';
-export { approvalRules, approvalView, type SessionApprovalView } from './approvals.ts';
+export { approvalRules } from './approvals.ts';
+export { approvalView, type SessionApprovalView } from '@cadre/store';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';
 export { SESSION_LIMITS } from './limits.ts';
 export { clientTools, IMAGE_TYPES, type ImageInput, type ToolInput } from './validate.ts';

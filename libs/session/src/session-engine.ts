@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { argumentsProblem, builtinTools } from '@cadre/agent';
 import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
-import { StoreError, callArguments, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
-import { afterDecision, approvalRules, approvalView, type AnnounceApprovals, type SessionApprovalView } from './approvals.ts';
+import { StoreError, approvalView, callArguments, type SessionApprovalView, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { afterDecision, approvalRules } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
@@ -69,8 +69,6 @@ export interface SessionEngineDeps {
   /** Models a session may switch to (setModel); the default model is always one. */
   models?: string[];
   defaultMaxContextTokens?: number;
-  /** The workspace's approvals inbox hears of every decision and cancel made here. */
-  announceApprovals?: AnnounceApprovals;
 }
 
 const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -288,9 +286,7 @@ export class SessionEngine {
       throw err;
     }
     await afterDecision(this.deps.queue, sessionId, decided);
-    const view = approvalView(session.workspace_id, sessionId, decided.call);
-    await this.deps.announceApprovals?.(session.workspace_id, 'approval_decided', [view]);
-    return view;
+    return approvalView(session.workspace_id, sessionId, decided.call);
   }
 
   /** A modifier fits the asked call's tool: a builtin's schema, or the client tool's as the turn offered it. */
@@ -305,26 +301,6 @@ export class SessionEngine {
     if (!schema) throw invalid(`no argument schema is known for ${call.tool_name}, so its arguments cannot be amended`);
     const problem = argumentsProblem(call.tool_name, schema, modifier);
     if (problem) throw invalid(`modifier ${problem}`);
-  }
-
-  /**
-   * Runs a cancel (of the turn, or the session's close), whose script cancels the turn's pending approvals, and
-   * tells the inbox which ones: those pending before it that are no longer pending after it.
-   */
-  private async cancelling<T>(sessionId: string, workspaceId: string, cancel: () => Promise<T>): Promise<T> {
-    if (!this.deps.announceApprovals) return cancel();
-    const pendingBefore = (await this.deps.store.turnCalls(sessionId)).filter((c) => c.approval?.status === 'pending');
-    const out = await cancel();
-    if (pendingBefore.length > 0) {
-      const now = new Map((await this.deps.store.turnCalls(sessionId)).map((c) => [c.tool_call_id, c]));
-      const cancelled = pendingBefore.map((c) => {
-        const after = now.get(c.tool_call_id);
-        // The turn's calls may be gone with it: the record then ends as the cancel left it.
-        return after?.approval ? after : { ...c, approval: { ...c.approval!, status: 'cancelled' as const, decided_by: '', decided_at: Date.now() } };
-      }).filter((c) => c.approval?.status !== 'pending');
-      await this.deps.announceApprovals(workspaceId, 'approval_decided', cancelled.map((c) => approvalView(workspaceId, sessionId, c)));
-    }
-    return out;
   }
 
   /** The approvals of the session's current turn (pending and decided), in the model's order. */
@@ -359,14 +335,14 @@ export class SessionEngine {
   /** Aborts the running turn (model stream and tools) in whichever worker runs it; false when none ran. */
   async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
     checkText(reason, L.reason, 'reason');
-    const workspaceId = await this.access(scope, sessionId);
-    return this.cancelling(sessionId, workspaceId, () => this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled')));
+    await this.access(scope, sessionId);
+    return this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
   }
 
   async close(scope: Scope, sessionId: string, reason: string): Promise<SessionRecord> {
     checkText(reason, L.reason, 'reason');
-    const workspaceId = await this.access(scope, sessionId);
-    await this.cancelling(sessionId, workspaceId, () => this.mapped(this.deps.store.closeSession(sessionId, reason)));
+    await this.access(scope, sessionId);
+    await this.mapped(this.deps.store.closeSession(sessionId, reason));
     return this.get(scope, sessionId);
   }
 

@@ -3,7 +3,7 @@ import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall 
 import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
-import { afterDecision, approvalView, type AnnounceApprovals } from './approvals.ts';
+import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
@@ -28,8 +28,6 @@ export interface TurnRunnerDeps {
   watchSteering?: (sessionId: string, onSteer: () => void) => () => void;
   /** The workspace's approval rules (checked after the session's own); without it only the session's apply. */
   workspaceRules?: (workspaceId: string) => Promise<ApprovalRule[]>;
-  /** The workspace's approvals inbox hears of every approval asked, and every one expired, here. */
-  announceApprovals?: AnnounceApprovals;
   /** Hears of every model call (model, outcome, latency, tokens): the worker's metrics, as for team agents. */
   observer?: AgentObserver;
 }
@@ -47,8 +45,7 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'announceApprovals' | 'observer'>>;
-  private readonly announce: TurnRunnerDeps['announceApprovals'];
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'observer'>>;
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
   private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
   private readonly observer: TurnRunnerDeps['observer'];
@@ -57,7 +54,6 @@ export class TurnRunner {
     this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
-    this.announce = deps.announceApprovals;
     this.observer = deps.observer;
   }
 
@@ -168,8 +164,6 @@ export class TurnRunner {
       return; // decided in time, or the turn or session ended: nothing to expire
     }
     await afterDecision(this.deps.queue, sessionId, decided);
-    const head = this.announce ? await this.deps.store.sessionHead(sessionId) : null;
-    if (head) await this.announce?.(head.workspace_id, 'approval_decided', [approvalView(head.workspace_id, sessionId, decided.call)]);
   }
 
   /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
@@ -291,8 +285,6 @@ export class TurnRunner {
       fields: { turn_usage: JSON.stringify(usage) },
       events,
     });
-    const asks = clientCalls.filter((c) => c.approval);
-    if (asks.length > 0) await this.announce?.(state.workspace_id, 'approval_requested', asks.map((c) => approvalView(state.workspace_id, sid, c)));
     return false;
   }
 

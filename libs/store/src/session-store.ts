@@ -6,9 +6,9 @@ import { KeyBuilder } from './keys.ts';
 import { approvalDecided, checkCursor, scriptError, SCRIPT_ERRORS } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
-import type { ApprovalRule } from './approval-store.ts';
+import type { ApprovalRule, ApprovalStore } from './approval-store.ts';
 import { approvalGrant } from './approval-policy.ts';
-import type { ClientCall, ClientTool, InputModes, NewSession, QueuedInput, SessionRecord, TurnState } from './session-types.ts';
+import { approvalView, type ClientCall, type ClientTool, type InputModes, type NewSession, type QueuedInput, type SessionRecord, type TurnState } from './session-types.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
 export interface SessionStoreOptions {
@@ -19,6 +19,12 @@ export interface SessionStoreOptions {
   /** Seconds an open session lives after its last turn began; its cursors stay valid that long. */
   idleTtlSec?: number;
   maxEventsPerSession?: number;
+  /**
+   * The workspace's approvals inbox (GET /api/approvals/stream): told of every approval a session's script asks,
+   * decides or cancels, right after that script (the inbox lives in another slot). Without it, a session's
+   * approvals stay in its own log.
+   */
+  inbox?: Pick<ApprovalStore, 'announce'>;
 }
 
 /** One step of a running turn, committed atomically and fenced by the attempt's lease (lua/commitTurn-4.lua). */
@@ -45,8 +51,10 @@ export class SessionStore {
   private readonly retentionSec: number;
   private readonly idleTtlSec: number;
   private readonly maxEvents: number;
+  private readonly inbox: SessionStoreOptions['inbox'];
 
   constructor(opts: SessionStoreOptions) {
+    this.inbox = opts.inbox;
     this.redis = opts.redis;
     this.keys = opts.keys ?? new KeyBuilder();
     this.scripts = scriptsOf(opts.redis);
@@ -205,6 +213,8 @@ export class SessionStore {
       JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (seq < 0) throw scriptError(seq, 'commit turn');
+    const asked = (step.calls ?? []).filter((c) => c.approval?.status === 'pending');
+    if (asked.length > 0) await this.announce(sessionId, 'approval_requested', asked);
     return seq;
   }
 
@@ -257,7 +267,9 @@ export class SessionStore {
     );
     if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(id, (JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided');
     if (code < 0) throw scriptError(code, `approval ${id} in session ${sessionId}`);
-    return { call: JSON.parse(raw!) as ClientCall, wake: code };
+    const call = JSON.parse(raw!) as ClientCall;
+    await this.announce(sessionId, 'approval_decided', [call]);
+    return { call, wake: code };
   }
 
   /** Which of these calls an approval for the rest of the session already covers. */
@@ -280,18 +292,46 @@ export class SessionStore {
 
   /** Ends the turn in progress; false when none was. `onlyWake` limits it to that turn's job. */
   async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<boolean> {
-    const code = await this.scripts.cancelTurn(
+    const code = await this.endingTurn(sessionId, () => this.scripts.cancelTurn(
       ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
-    );
+    ));
     if (code < 0) throw scriptError(code, 'cancel turn');
     return code === 1;
   }
 
   async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
-    const code = await this.scripts.closeSession(...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
+    const code = await this.endingTurn(sessionId, () => this.scripts.closeSession(
+      ...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
+    ));
     if (code < 0) throw scriptError(code, 'close session');
     return code === 1 ? 'closed' : 'already';
+  }
+
+  /**
+   * Runs a script that may end the turn (cancel, close, abort: lua endTurn cancels the turn's pending approvals)
+   * and tells the inbox which approvals it cancelled: those pending before it that are cancelled after it. Every
+   * path that ends a turn goes through here, whoever calls it (an edge, the engine, a worker giving up on a job).
+   */
+  private async endingTurn<T>(sessionId: string, end: () => Promise<T>): Promise<T> {
+    if (!this.inbox) return end();
+    const pendingBefore = (await this.turnCalls(sessionId)).filter((c) => c.approval?.status === 'pending');
+    const out = await end();
+    if (pendingBefore.length === 0) return out;
+    const after = new Map((await this.turnCalls(sessionId)).map((c) => [c.tool_call_id, c]));
+    const cancelled = pendingBefore.map((c): ClientCall => {
+      // A prompt's new turn clears the calls: the record then ends as the cancel left it.
+      const now = after.get(c.tool_call_id);
+      return now?.approval ? now : { ...c, approval: { ...c.approval!, status: 'cancelled', decided_by: '', decided_at: Date.now() } };
+    }).filter((c) => c.approval?.status === 'cancelled');
+    await this.announce(sessionId, 'approval_decided', cancelled);
+    return out;
+  }
+
+  private async announce(sessionId: string, type: 'approval_requested' | 'approval_decided', calls: readonly ClientCall[]): Promise<void> {
+    if (!this.inbox || calls.length === 0) return;
+    const head = await this.sessionHead(sessionId);
+    if (head) await this.inbox.announce(head.workspace_id, type, calls.map((c) => approvalView(head.workspace_id, sessionId, c)));
   }
 
   /** roz RegisterTools: replaces the source's tools; returns the session's client tool count. */
@@ -348,9 +388,9 @@ export class SessionStore {
 
   /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
   async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ aborted: boolean; dropped: number; wake: number }> {
-    const [code, dropped, wake] = await this.scripts.abortTurn(
+    const [code, dropped, wake] = await this.endingTurn(sessionId, () => this.scripts.abortTurn(
       ...this.k6(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
-    );
+    ));
     if (code < 0) throw scriptError(code, 'abort');
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
   }

@@ -1,5 +1,5 @@
 import type { ApprovalStatus, InterruptMode, SessionStatus, SteeringMode, TokenUsage } from '@cadre/protocol';
-import type { ApprovalRule } from './approval-store.ts';
+import type { ApprovalRecord, ApprovalRule } from './approval-store.ts';
 
 /** A tool the client runs (roz ToolSchema), as the session stores it. `source` groups RegisterTools sets. */
 export interface ClientTool {
@@ -140,4 +140,26 @@ export interface TurnState {
   calls: ClientCall[];
   approval_policy: ApprovalRule[];
   stop_on_denial: boolean;
+}
+
+/** A session approval as the approvals API shows it: a team worker's record's fields, plus session_id. */
+export interface SessionApprovalView extends Omit<ApprovalRecord, 'order' | 'scope' | 'run_id'> {
+  session_id: string;
+  /** The call's place among its turn's calls (the model's order), from 0. */
+  order: number;
+  scope?: 'once' | 'session';
+}
+
+export function approvalView(workspaceId: string, sessionId: string, call: ClientCall): SessionApprovalView {
+  const a = call.approval!;
+  return {
+    approval_id: a.approval_id, workspace_id: workspaceId, session_id: sessionId, task_id: '', worker_id: '', call_id: call.tool_call_id, order: call.order,
+    tool_name: call.tool_name, arguments: call.arguments, reason: a.reason, timeout_secs: a.timeout_secs, status: a.status,
+    created_at: a.created_at, expires_at: a.expires_at,
+    ...(a.decided_at !== undefined && { decided_at: a.decided_at }),
+    ...(a.decided_by !== undefined && { decided_by: a.decided_by }),
+    ...(a.decision_reason !== undefined && { decision_reason: a.decision_reason }),
+    ...(a.scope !== undefined && { scope: a.scope }),
+    ...(a.modifier !== undefined && { modifier: a.modifier }),
+  };
 }
