@@ -29,8 +29,6 @@ export function workerConfig(env: Env) {
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     /** `/metrics` of this worker on a port of its own; 0 = not served. */
     metricsPort: int('WORKER_METRICS_PORT', 0, { min: 0, max: 65535 }),
-    /** How long streamed deltas may wait before they are written to the session log (coalescing window). */
-    sessionFlushMs: int('CADRE_SESSION_FLUSH_MS', 50, { min: 1, max: 5_000 }),
     /** A client tool's deadline when its ToolSchema sets no timeout_ms. */
     sessionToolTimeoutMs: int('CADRE_SESSION_TOOL_TIMEOUT_MS', 120_000, { min: 100, max: 3_600_000 }),
     /** An open session's keys live this long after its last turn began. */

@@ -65,7 +65,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 
   const sessions = new SessionJobProcessor({
     runner: new TurnRunner({
-      store: sessionStore, queue: sessionQueue, model, hostId: config.hostId, flushMs: config.sessionFlushMs,
+      store: sessionStore, queue: sessionQueue, model, hostId: config.hostId,
       maxModelCalls: config.maxTurns, defaultToolTimeoutMs: config.sessionToolTimeoutMs,
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,

@@ -1,26 +1,26 @@
 import type { SessionEventInput } from '@cadre/protocol';
 
 /**
- * Coalesces a model stream's text and thinking deltas into few log events: consecutive pieces of one kind join
- * into one event, written when the flush timer fires (`flushMs` after the first unwritten piece), when the
- * caller drains it (a tool call or the turn's end), never once per token. The stream's very first piece is
- * written at once: a client waits for the first delta, and one write more per model call is cheap. One flush is in flight at a time,
- * so events reach the log in stream order.
+ * Coalesces a model stream's events into few log writes without a fixed delay (Nagle's rule): a piece is written
+ * at once when no write is in flight; while one is, pieces accumulate — consecutive text or thinking pieces join
+ * into one event — and everything accumulated goes in one write the moment the previous one completes. So an idle
+ * stream pays no wait, and the slower the writes (the busier Redis or the worker), the bigger each batch: never one
+ * write per token under load. One write is in flight at a time, so events reach the log in stream order. No cap on
+ * a batch: it holds what the model produced during one write, which is small unless Redis stalls — and then the
+ * next write carries it all at once, the cheapest way to catch up.
  */
 export class DeltaBuffer {
   private pending: SessionEventInput[] = [];
-  private timer: NodeJS.Timeout | undefined;
-  private inFlight: Promise<void> = Promise.resolve();
+  private writing: Promise<void> | undefined;
   private failed: unknown;
-  private started = false;
+  /** Set by drain() and stop(): nothing more is written by the buffer itself. */
+  private closed = false;
   private readonly messageId: string;
-  private readonly flushMs: number;
   private readonly write: (events: SessionEventInput[]) => Promise<unknown>;
   private readonly onError: (err: unknown) => void;
 
-  constructor(opts: { messageId: string; flushMs: number; write: (events: SessionEventInput[]) => Promise<unknown>; onError: (err: unknown) => void }) {
+  constructor(opts: { messageId: string; write: (events: SessionEventInput[]) => Promise<unknown>; onError: (err: unknown) => void }) {
     this.messageId = opts.messageId;
-    this.flushMs = opts.flushMs;
     this.write = opts.write;
     this.onError = opts.onError;
   }
@@ -30,47 +30,46 @@ export class DeltaBuffer {
     const last = this.pending.at(-1);
     if (last && last.event_type === type) last.payload.content += content;
     else this.pending.push({ event_type: type, payload: { message_id: this.messageId, content } });
-    if (!this.started) {
-      this.started = true;
-      this.flush();
-      return;
-    }
-    this.timer ??= setTimeout(() => this.flush(), this.flushMs);
+    this.writeNext();
   }
 
-  private flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.pending.length === 0) return;
+  /** Any other event of the stream (e.g. an activity update), kept in order with the deltas around it. */
+  push(event: SessionEventInput): void {
+    this.pending.push(event);
+    this.writeNext();
+  }
+
+  private writeNext(): void {
+    if (this.writing || this.closed || this.failed || this.pending.length === 0) return;
     const batch = this.pending;
     this.pending = [];
-    this.inFlight = this.inFlight.then(async () => {
-      if (this.failed) return;
-      try {
-        await this.write(batch);
-      } catch (err) {
+    this.writing = this.write(batch).then(
+      () => {
+        this.writing = undefined;
+        this.writeNext();
+      },
+      (err: unknown) => {
         // A fenced write (cancelled turn, lost lease) stops the stream: the caller aborts it.
+        this.writing = undefined;
         this.failed = err;
         this.onError(err);
-      }
-    });
+      },
+    );
   }
 
-  /** Waits for written batches and hands back what was not written yet, to go with the caller's next commit. */
+  /** Waits for the write in flight and hands back what was not written yet, to go with the caller's next commit. */
   async drain(): Promise<SessionEventInput[]> {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    await this.inFlight;
+    this.closed = true;
+    await this.writing;
     if (this.failed) throw this.failed;
     const rest = this.pending;
     this.pending = [];
     return rest;
   }
 
-  /** Stops the timer without writing (the stream was aborted). */
+  /** Writes nothing more (the stream was aborted); a write in flight still completes. */
   stop(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
+    this.closed = true;
     this.pending = [];
   }
 }

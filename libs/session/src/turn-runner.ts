@@ -8,6 +8,7 @@ import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
+import { SteerWatch } from './steer-watch.ts';
 import { clientResultText, modelMessages, nextStep, type TranscriptMessage } from './transcript.ts';
 
 export interface TurnRunnerDeps {
@@ -15,8 +16,6 @@ export interface TurnRunnerDeps {
   queue: SessionQueue;
   model: OpenAI;
   hostId: string;
-  /** How long deltas may wait before they are written (coalescing window). */
-  flushMs?: number;
   /** Model calls per turn before it ends with stop_reason max_turns. */
   maxModelCalls?: number;
   /** A client tool's deadline when neither the call's tool nor the session sets one. */
@@ -51,7 +50,7 @@ export class TurnRunner {
   private readonly observer: TurnRunnerDeps['observer'];
 
   constructor(deps: TurnRunnerDeps) {
-    this.deps = { flushMs: 50, maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
+    this.deps = { maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
     this.observer = deps.observer;
@@ -65,6 +64,15 @@ export class TurnRunner {
 
   /** Runs the claimed turn until it finishes or parks. */
   async run(sessionId: string, lease: string, signal: AbortSignal): Promise<TurnRunOutcome> {
+    const steering = this.watchSteering && new SteerWatch(this.deps.store, sessionId, this.watchSteering);
+    try {
+      return await this.runSteps(sessionId, lease, signal, steering);
+    } finally {
+      steering?.close();
+    }
+  }
+
+  private async runSteps(sessionId: string, lease: string, signal: AbortSignal, steering: SteerWatch | undefined): Promise<TurnRunOutcome> {
     const { store } = this.deps;
     let compactionFailed = false;
     while (true) {
@@ -85,7 +93,7 @@ export class TurnRunner {
             return 'finished';
           }
           // A model-turn boundary: queued steering joins the transcript before the model is called.
-          if ((await store.deliverSteering(sessionId, lease)) > 0) break;
+          if (state.steers_queued > 0 && (await store.deliverSteering(sessionId, lease)) > 0) break;
           // Before the call that would outgrow max_context_tokens: the earlier turns become one summary.
           const plan: ReturnType<typeof compactionPlan> = compactionFailed ? null : compactionPlan(state);
           if (plan) {
@@ -93,7 +101,7 @@ export class TurnRunner {
             compactionFailed = !(await this.compact(state, lease, plan, signal));
             break;
           }
-          if (await this.modelCall(state, lease, signal)) return 'finished';
+          if (await this.modelCall(state, lease, signal, steering)) return 'finished';
           break;
         }
         case 'run_tools':
@@ -167,32 +175,26 @@ export class TurnRunner {
   }
 
   /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
-  private async modelCall(state: TurnState, lease: string, signal: AbortSignal): Promise<boolean> {
+  private async modelCall(state: TurnState, lease: string, signal: AbortSignal, steering: SteerWatch | undefined): Promise<boolean> {
     const { store } = this.deps;
     const sid = state.session_id;
-    await store.commitTurn(sid, lease, { events: [{ event_type: 'activity', payload: { state: 'thinking', detail: '' } }] });
     const stepAbort = new AbortController();
+    const buffer = new DeltaBuffer({
+      messageId: state.message_id,
+      write: (events) => store.commitTurn(sid, lease, { events }),
+      onError: (err) => stepAbort.abort(err),
+    });
+    // Not awaited: its write goes beside the model's request, and the deltas follow it in order.
+    buffer.push({ event_type: 'activity', payload: { state: 'thinking', detail: '' } });
     // A steer in interrupt mode `immediate` cuts the stream short; the turn goes on with it (not an abort).
     const steered = new AbortController();
-    // A notice counts only while a steer waits: one that arrives late, for a steer a boundary already delivered
-    // (the previous call ended as it was sent), must not cut short the answer to that very steer.
-    const unwatch = this.watchSteering?.(sid, () => {
-      void store.steerWaiting(sid).then((waiting) => waiting && steered.abort(new Error('steered')), () => undefined);
-    });
-    // A steer queued after the boundary but before the watch began was announced to no one: it is taken before the
-    // model says anything (the loop's next boundary delivers it), not after the whole answer.
-    if (unwatch && (await store.steerWaiting(sid).catch(() => false))) {
-      unwatch();
+    if (steering && !(await steering.begin(steered))) {
+      steering.end();
+      await buffer.drain(); // the activity's write: a fenced one throws here
       return false;
     }
     const stepSignal = AbortSignal.any([signal, stepAbort.signal, steered.signal]);
     let answered = '';
-    const buffer = new DeltaBuffer({
-      messageId: state.message_id,
-      flushMs: this.deps.flushMs,
-      write: (events) => store.commitTurn(sid, lease, { events }),
-      onError: (err) => stepAbort.abort(err),
-    });
     const tools: ChatCompletionFunctionTool[] = [
       ...Object.values(builtinTools).map((t) => functionTool(t.name, t.description, t.parameters)),
       ...state.tools.map((t) => functionTool(t.name, t.description, t.parameters)),
@@ -225,7 +227,7 @@ export class TurnRunner {
       await this.endTurn(state, lease, [...rest, { event_type: 'session_error', payload: { code: 'model_error', message: modelErrorMessage(err), retryable: true } }], state.turn_usage, 'error');
       return true;
     } finally {
-      unwatch?.();
+      steering?.end();
     }
     const rest = await buffer.drain();
     const usage = addUsage(state.turn_usage, turn.usage);

@@ -167,9 +167,9 @@ export class SessionStore {
   /** Everything a turn step needs, in one round trip. */
   async loadTurn(sessionId: string): Promise<TurnState | null> {
     const k = this.keys.session(sessionId);
-    const replies = await this.redis.multi().hgetall(k.meta).lrange(k.transcript, 0, -1).hvals(k.calls).exec();
-    const [[e1, meta], [e2, transcript], [e3, calls]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]], [Error | null, string[]]];
-    if (e1 ?? e2 ?? e3) throw e1 ?? e2 ?? e3;
+    const replies = await this.redis.multi().hgetall(k.meta).lrange(k.transcript, 0, -1).hvals(k.calls).llen(k.steer).exec();
+    const [[e1, meta], [e2, transcript], [e3, calls], [e4, steers]] = replies as [[Error | null, Record<string, string>], [Error | null, string[]], [Error | null, string[]], [Error | null, number]];
+    if (e1 ?? e2 ?? e3 ?? e4) throw e1 ?? e2 ?? e3 ?? e4;
     if (!meta.session_id) return null;
     const turnTools = meta.turn_tools ? parseTools(meta.turn_tools) : parseTools(meta.tools);
     return {
@@ -189,6 +189,7 @@ export class SessionStore {
       calls: parseCalls(calls),
       approval_policy: JSON.parse(meta.approval_policy ?? '[]') as ApprovalRule[],
       stop_on_denial: meta.stop_on_denial === '1',
+      steers_queued: steers,
     };
   }
 

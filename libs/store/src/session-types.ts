@@ -140,6 +140,8 @@ export interface TurnState {
   calls: ClientCall[];
   approval_policy: ApprovalRule[];
   stop_on_denial: boolean;
+  /** Steering messages waiting for the next model-turn boundary. */
+  steers_queued: number;
 }
 
 /** A session approval as the approvals API shows it: a team worker's record's fields, plus session_id. */
