@@ -72,7 +72,8 @@ export class TestStack {
 
   async addGateway(env: Record<string, string> = {}): Promise<Gateway> {
     const config = gatewayConfig({ ...this.env, ...env });
-    const gateway = await startGateway({ ...config, redis: this.redis.target }, silent);
+    // Every answer is checked against its handler's object: a response schema that drops a field fails the test.
+    const gateway = await startGateway({ ...config, redis: this.redis.target }, silent, { checkResponses: true });
     this.gateways.push(gateway);
     return gateway;
   }

@@ -31,6 +31,8 @@ export interface Gateway {
 export interface GatewayOptions {
   /** What kontekst's DaemonService Shutdown does (main.ts: the same as SIGTERM); default: close this gateway. */
   requestShutdown?: () => void;
+  /** Tests: answer 500 when a response schema drops or changes a field its handler returned (see response-check.ts). */
+  checkResponses?: boolean;
 }
 
 /**
@@ -131,6 +133,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     bodyLimitBytes: config.bodyLimitBytes,
     models: sessions.models(),
     adminQueues: queue.adminQueues(),
+    checkResponses: opts.checkResponses,
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.
     isReady: async () => !draining && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',

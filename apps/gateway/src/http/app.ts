@@ -19,6 +19,7 @@ import { findBoundsViolation, withFiniteNumbers, withSafeIntegers, type BoundsVi
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 import { windiePlugin } from '../ws/windie.plugin.ts';
+import { checkResponsesAgainstHandlers } from './response-check.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
@@ -33,6 +34,8 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   models: string[];
   /** BullMQ queues shown by bull-board at /admin/queues. */
   adminQueues: Queue[];
+  /** Tests: a JSON answer that differs from its handler's object (a response schema dropped a field) is a 500. */
+  checkResponses?: boolean;
 }
 
 // Bodies are validated strictly (no coercion, unknown fields rejected); querystrings and params arrive as text,
@@ -89,6 +92,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   });
 
   app.setErrorHandler(errorHandler('cadre'));
+  if (deps.checkResponses) checkResponsesAgainstHandlers(app);
   app.setNotFoundHandler((request, reply) =>
     reply.status(404).send({ error: { code: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` } }),
   );

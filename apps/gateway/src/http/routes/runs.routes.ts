@@ -17,7 +17,18 @@ import {
   runApprovalParams,
   runParams,
   stopAllBody,
+  createRunResponse,
+  heartbeatResponse,
+  proposeResponse,
+  relayResponse,
+  runApprovalResponse,
+  runEventsResponse,
+  runListResponse,
+  runSchema,
+  runWithEventResponse,
+  stopAllResponse,
 } from '../schemas/runs.schema.ts';
+import { withErrorResponses } from '../schemas/errors.schema.ts';
 import type { CreateRunBody } from '@cadre/protocol';
 import type { RoutesPlugin } from '../routes-plugin.ts';
 
@@ -57,26 +68,27 @@ export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
     if (!canAccess(principal, workspaceId)) throw new ApiError('permission_denied', `this runs key is not valid for workspace ${workspaceId}`);
   };
   app.setErrorHandler(errorHandler('fastapi'));
+  app.addHook('onRoute', withErrorResponses('fastapi'));
 
   const create = async (request: { body: CreateRunBody; headers: Record<string, string | string[] | undefined>; runsPrincipal: Principal }) => {
     requireWorkspace(request.runsPrincipal, request.body.workspace_id);
     const { run, events } = await deps.runs.create(request.body, idempotencyKeyOf(request.headers));
     return { run, events };
   };
-  app.post('/api/runs/', { schema: { body: createRunBody } }, create);
-  app.post('/api/runs', { schema: { body: createRunBody } }, create);
+  app.post('/api/runs/', { schema: { body: createRunBody, response: { 200: createRunResponse } } }, create);
+  app.post('/api/runs', { schema: { body: createRunBody, response: { 200: createRunResponse } } }, create);
 
-  app.get('/api/runs', { schema: { querystring: listRunsQuery } }, async (request) => {
+  app.get('/api/runs', { schema: { querystring: listRunsQuery, response: { 200: runListResponse } } }, async (request) => {
     requireWorkspace(request.runsPrincipal, request.query.workspace_id);
     return { runs: await deps.runs.list(request.query.workspace_id, request.query.status as never) };
   });
 
-  app.post('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody } }, async (request) => {
+  app.post('/api/runs/workers/heartbeat', { schema: { body: heartbeatBody, response: { 200: heartbeatResponse } } }, async (request) => {
     requireWorkspace(request.runsPrincipal, request.body.workspace_id);
     return deps.runs.heartbeat(request.body);
   });
 
-  app.post(STOP_ALL, { schema: { body: stopAllBody } }, async (request) => {
+  app.post(STOP_ALL, { schema: { body: stopAllBody, response: { 200: stopAllResponse } } }, async (request) => {
     const workspaceId = request.body?.workspace_id ?? undefined;
     const reach = request.runsPrincipal.workspaces;
     if (reach !== 'all' && workspaceId !== reach) throw deps.runsAuth.beyondWorkspace(reach);
@@ -84,11 +96,11 @@ export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
   });
 
   // The run itself, as the original (not wrapped).
-  app.get('/api/runs/:run_id', { schema: { params: runParams } }, async (request) => deps.runs.get(request.runsPrincipal, request.params.run_id));
+  app.get('/api/runs/:run_id', { schema: { params: runParams, response: { 200: runSchema } } }, async (request) => deps.runs.get(request.runsPrincipal, request.params.run_id));
 
   app.get(
     '/api/runs/:run_id/events',
-    { schema: { params: runParams, querystring: eventsQuery } },
+    { schema: { params: runParams, querystring: eventsQuery, response: { 200: runEventsResponse } } },
     async (request) => deps.runs.events(request.runsPrincipal, request.params.run_id, request.query.after_seq ?? 0, request.query.limit ?? 200),
   );
 
@@ -102,28 +114,28 @@ export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
   );
 
   // Writes to one run answer {run, latest_event}, as the original.
-  app.post('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody } }, async (request) =>
+  app.post('/api/runs/:run_id/control', { schema: { params: runParams, body: controlBody, response: { 200: runWithEventResponse } } }, async (request) =>
     deps.runs.control(request.runsPrincipal, request.params.run_id, request.body.action, request.body.control_mode ?? undefined, request.body.requested_by ?? ''),
   );
 
-  app.post('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody } }, async (request) =>
+  app.post('/api/runs/:run_id/worker-dispatched', { schema: { params: runParams, body: dispatchedBody, response: { 200: runWithEventResponse } } }, async (request) =>
     deps.runs.dispatched(request.runsPrincipal, request.params.run_id, request.body),
   );
 
   // Cadre's addition for the vm-agent: ask about a turn's tool calls, then poll each approval until decided.
   app.post(
     '/api/runs/:run_id/approvals',
-    { schema: { params: runParams, body: proposeBody } },
+    { schema: { params: runParams, body: proposeBody, response: { 200: proposeResponse } } },
     async (request) => ({ verdicts: await deps.runApprovals.propose(request.runsPrincipal, request.params.run_id, request.body, request.body.calls) }),
   );
 
   app.get(
     '/api/runs/:run_id/approvals/:approval_id',
-    { schema: { params: runApprovalParams } },
+    { schema: { params: runApprovalParams, response: { 200: runApprovalResponse } } },
     async (request) => ({ approval: await deps.runApprovals.poll(request.runsPrincipal, request.params.run_id, request.params.approval_id) }),
   );
 
-  app.post('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody } }, async (request) =>
+  app.post('/api/runs/:run_id/events', { schema: { params: runParams, body: relayBody, response: { 200: relayResponse } } }, async (request) =>
     deps.runs.relay(request.runsPrincipal, request.params.run_id, request.body),
   );
 };

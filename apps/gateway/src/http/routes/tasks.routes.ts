@@ -6,6 +6,8 @@ import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
 import { cancelBody, createTaskBody, eventsQuery, eventsResponse, listTasksQuery, streamQuery, taskListResponse, taskParams, taskResponse } from '../schemas/tasks.schema.ts';
 import type { RoutesPlugin } from '../routes-plugin.ts';
+import { withErrorResponses } from '../schemas/errors.schema.ts';
+import type { TaskRecord } from '@cadre/store';
 
 interface TaskParams {
   task_id: string;
@@ -20,6 +22,7 @@ declare module 'fastify' {
 /** POST /api/tasks, GET /api/tasks (a workspace's, newest first), GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
 export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
+  app.addHook('onRoute', withErrorResponses('cadre'));
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = deps.auth.authenticate(request.headers.authorization);
   });
@@ -32,7 +35,7 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
 
   app.post('/api/tasks', { schema: { body: createTaskBody, response: { 200: taskResponse, 201: taskResponse } } }, async (request, reply) => {
     const { task, created } = await deps.tasks.create(request.principal, request.body, idempotencyKeyOf(request.headers));
-    return reply.status(created ? 201 : 200).send({ task });
+    return reply.status(created ? 201 : 200).send({ task: shown(task) });
   });
 
   app.get('/api/tasks', { schema: { querystring: listTasksQuery, response: { 200: taskListResponse } } }, async (request) => {
@@ -41,7 +44,7 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   });
 
   app.get('/api/tasks/:task_id', { schema: { params: taskParams, response: { 200: taskResponse } } }, async (request) => {
-    return { task: await deps.tasks.get(request.principal, request.params.task_id) };
+    return { task: shown(await deps.tasks.get(request.principal, request.params.task_id)) };
   });
 
   app.get(
@@ -70,7 +73,12 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
     { schema: { params: taskParams, body: cancelBody, response: { 200: taskResponse } } },
     async (request) => {
       const reason = request.body?.reason ?? 'cancelled by request';
-      return { task: await deps.tasks.cancel(request.principal, request.params.task_id, reason) };
+      return { task: shown(await deps.tasks.cancel(request.principal, request.params.task_id, reason)) };
     },
   );
 };
+
+/** A task as the API shows it: a worker's approval rules, encoded for the worker, stay inside. */
+function shown(task: TaskRecord): TaskRecord {
+  return { ...task, team: { ...task.team, workers: task.team.workers.map(({ approval_rules: _encoded, ...worker }) => worker) } };
+}

@@ -73,3 +73,64 @@ export const inboxStreamQuery = {
   required: ['workspace_id'],
   properties: { workspace_id: workspaceId, after_seq: { type: 'integer', minimum: 0 } },
 } as const;
+
+// Response schemas (see tasks.schema.ts): every field a handler returns is named, so none is dropped.
+
+/** An approval as the API shows it: a team task's, a session's or a VM run's (whose owner id is set). */
+export const approvalSchema = {
+  type: 'object', additionalProperties: false,
+  required: ['approval_id', 'workspace_id', 'task_id', 'worker_id', 'call_id', 'tool_name', 'arguments', 'reason', 'timeout_secs', 'status', 'created_at', 'expires_at'],
+  properties: {
+    approval_id: { type: 'string' },
+    workspace_id: { type: 'string' },
+    task_id: { type: 'string' },
+    session_id: { type: 'string' },
+    run_id: { type: 'string' },
+    worker_id: { type: 'string' },
+    call_id: { type: 'string' },
+    order: { type: 'integer' },
+    tool_name: { type: 'string' },
+    arguments: { type: 'string' },
+    reason: { type: 'string' },
+    timeout_secs: { type: 'integer' },
+    status: { type: 'string', enum: [...APPROVAL_STATUSES] },
+    /** ms since the epoch */
+    created_at: { type: 'integer' },
+    expires_at: { type: 'integer' },
+    decided_at: { type: 'integer' },
+    decided_by: { type: 'string' },
+    decision_reason: { type: 'string' },
+    modifier: { type: 'string' },
+    scope: { type: 'string', enum: [...APPROVAL_SCOPES] },
+  },
+} as const;
+
+export const approvalResponse = { type: 'object', additionalProperties: false, required: ['approval'], properties: { approval: approvalSchema } } as const;
+
+export const policyResponse = { type: 'object', additionalProperties: false, required: ['policy'], properties: { policy: approvalPolicySchema } } as const;
+
+export const approvalListResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['approvals', 'next_cursor'],
+  properties: { approvals: { type: 'array', items: approvalSchema }, next_cursor: { type: ['string', 'null'] } },
+} as const;
+
+export const bulkDecisionResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['results'],
+  properties: {
+    results: {
+      type: 'array',
+      items: {
+        type: 'object', additionalProperties: false,
+        required: ['approval_id', 'outcome'],
+        properties: {
+          approval_id: { type: 'string' },
+          outcome: { type: 'string', enum: ['decided', 'conflict', 'not_found'] },
+          approval: approvalSchema,
+          error: { type: 'string' },
+        },
+      },
+    },
+  },
+} as const;

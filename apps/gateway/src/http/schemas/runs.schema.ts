@@ -1,6 +1,8 @@
 // JSON schemas of the runs API (the WindieOS "Runs / VM Control" contract). Field names are the original's, and
 // so is what may be null: every field the original declares Optional takes an explicit null. Cadre's additions
 // are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
+import { CONTROL_ACTIONS, CONTROL_MODES, RUN_STATUSES } from '@cadre/protocol';
+import { approvalResponse } from './approvals.schema.ts';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 /** An Optional[str] of the original: a string, null, or absent. */
@@ -143,3 +145,156 @@ export const runApprovalParams = {
   required: ['run_id', 'approval_id'],
   properties: { run_id: { type: 'string', maxLength: 200 }, approval_id: { type: 'string', minLength: 1, maxLength: 100 } },
 } as const;
+
+
+// Response schemas: every field of the original's answers, its nulls included (WindieOS clients read them as
+// they are), and Cadre's additions. A field a handler returns and a schema forgets would be dropped: tests check
+// every answer against its handler's object (response-check.ts).
+
+const nullableText = { type: ['string', 'null'] } as const;
+const anyObject = { type: 'object', additionalProperties: true } as const;
+
+const runFile = {
+  type: 'object', additionalProperties: false,
+  required: ['artifact_id', 'filename', 'content_type'],
+  properties: { artifact_id: { type: 'string' }, filename: nullableText, content_type: nullableText },
+} as const;
+
+const runWorker = {
+  type: 'object', additionalProperties: false,
+  required: ['worker_id', 'vm_id', 'session_id', 'agent_id', 'user_id', 'status', 'metadata', 'last_heartbeat_at'],
+  properties: {
+    worker_id: { type: 'string' }, vm_id: nullableText, session_id: nullableText, agent_id: nullableText, user_id: nullableText,
+    status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' },
+  },
+} as const;
+
+export const runSchema = {
+  type: 'object', additionalProperties: false,
+  required: [
+    'run_id', 'workspace_id', 'agent_id', 'query', 'requested_by', 'files', 'metadata', 'conversation_ref', 'query_message_id', 'status',
+    'control_mode', 'worker', 'created_at', 'updated_at', 'last_heartbeat_at', 'last_event_seq', 'attempts', 'assigned_at', 'dispatched_at',
+    'finished_at', 'error',
+  ],
+  properties: {
+    run_id: { type: 'string' },
+    workspace_id: { type: 'string' },
+    agent_id: nullableText,
+    query: { type: 'string' },
+    requested_by: nullableText,
+    files: { type: 'array', items: runFile },
+    metadata: anyObject,
+    conversation_ref: { type: 'string' },
+    query_message_id: nullableText,
+    status: { type: 'string', enum: [...RUN_STATUSES] },
+    control_mode: { type: 'string', enum: [...CONTROL_MODES] },
+    worker: { anyOf: [runWorker, { type: 'null' }] },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+    last_heartbeat_at: nullableText,
+    last_event_seq: { type: 'integer' },
+    attempts: { type: 'integer' },
+    assigned_at: nullableText,
+    dispatched_at: nullableText,
+    finished_at: nullableText,
+    error: nullableText,
+  },
+} as const;
+
+export const runEventSchema = {
+  type: 'object', additionalProperties: false,
+  required: ['seq', 'timestamp', 'event_type', 'source', 'payload'],
+  properties: { seq: { type: 'integer' }, timestamp: { type: 'string' }, event_type: { type: 'string' }, source: { type: 'string' }, payload: {} },
+} as const;
+
+export const createRunResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['run', 'events'],
+  properties: { run: runSchema, events: { type: 'array', items: runEventSchema } },
+} as const;
+
+export const runListResponse = { type: 'object', additionalProperties: false, required: ['runs'], properties: { runs: { type: 'array', items: runSchema } } } as const;
+
+/** A write to one run: the run after it and the event it appended. */
+export const runWithEventResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['run', 'latest_event'],
+  properties: { run: runSchema, latest_event: runEventSchema },
+} as const;
+
+export const relayResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['run', 'latest_event', 'last_seq'],
+  properties: { ...runWithEventResponse.properties, last_seq: { type: 'integer' } },
+} as const;
+
+export const runEventsResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['run_id', 'events', 'next_after_seq'],
+  properties: { run_id: { type: 'string' }, events: { type: 'array', items: runEventSchema }, next_after_seq: { type: 'integer' } },
+} as const;
+
+const assignedRun = {
+  type: 'object', additionalProperties: false,
+  required: ['run_id', 'workspace_id', 'agent_id', 'conversation_ref', 'query', 'requested_by', 'files', 'metadata', 'control_mode', 'lease_id'],
+  properties: {
+    run_id: { type: 'string' }, workspace_id: { type: 'string' }, agent_id: nullableText, conversation_ref: { type: 'string' }, query: { type: 'string' },
+    requested_by: nullableText, files: { type: 'array', items: runFile }, metadata: anyObject, control_mode: { type: 'string', enum: [...CONTROL_MODES] },
+    lease_id: { type: 'string' },
+  },
+} as const;
+
+const controlCommand = {
+  type: 'object', additionalProperties: false,
+  required: ['command_id', 'run_id', 'action', 'control_mode', 'requested_by', 'created_at'],
+  properties: {
+    command_id: { type: 'string' }, run_id: { type: 'string' }, action: { type: 'string', enum: [...CONTROL_ACTIONS] },
+    control_mode: { type: 'string', enum: [...CONTROL_MODES] }, requested_by: nullableText, created_at: { type: 'string' },
+  },
+} as const;
+
+export const heartbeatResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['worker', 'assigned_run', 'control_commands', 'heartbeat_interval_ms'],
+  properties: {
+    worker: {
+      type: 'object', additionalProperties: false,
+      required: ['worker_id', 'workspace_id', 'vm_id', 'user_id', 'session_id', 'agent_id', 'status', 'metadata', 'last_heartbeat_at', 'current_run_id'],
+      properties: {
+        worker_id: { type: 'string' }, workspace_id: { type: 'string' }, vm_id: nullableText, user_id: nullableText, session_id: nullableText,
+        agent_id: nullableText, status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' }, current_run_id: nullableText,
+      },
+    },
+    assigned_run: { anyOf: [assignedRun, { type: 'null' }] },
+    control_commands: { type: 'array', items: controlCommand },
+    heartbeat_interval_ms: { type: 'integer' },
+  },
+} as const;
+
+export const stopAllResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['workspace_id', 'stopped_run_ids', 'count', 'stopped_task_ids'],
+  properties: {
+    workspace_id: nullableText,
+    stopped_run_ids: { type: 'array', items: { type: 'string' } },
+    count: { type: 'integer' },
+    stopped_task_ids: { type: 'array', items: { type: 'string' } },
+  },
+} as const;
+
+const verdict = {
+  type: 'object', additionalProperties: false,
+  required: ['call_id', 'action'],
+  properties: {
+    call_id: { type: 'string' },
+    action: { type: 'string', enum: ['allow', 'deny', 'ask'] },
+    reason: { type: 'string' },
+    approval_id: { type: 'string' },
+    timeout_secs: { type: 'integer' },
+    expires_at: { type: 'integer' },
+  },
+} as const;
+
+export const proposeResponse = { type: 'object', additionalProperties: false, required: ['verdicts'], properties: { verdicts: { type: 'array', items: verdict } } } as const;
+
+export const runApprovalResponse = approvalResponse;

@@ -1,5 +1,6 @@
 // JSON schemas of the HTTP session API, one per part. Shapes and sizes here; content rules (tool schemas, the
 // exit_code/success rule) are the session engine's, so every edge refuses the same things.
+import { INTERRUPT_MODES, SESSION_STATUSES, STEERING_MODES } from '@cadre/protocol';
 import { approvalPolicySchema } from './tasks.schema.ts';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
@@ -140,5 +141,132 @@ export const modesBody = {
     steering_mode: { enum: ['one-at-a-time', 'all'] },
     follow_up_mode: { enum: ['one-at-a-time', 'all'] },
     interrupt_mode: { enum: ['immediate', 'wait'] },
+  },
+} as const;
+
+
+// Response schemas (see tasks.schema.ts): every field a handler returns is named, so none is dropped.
+
+const str = { type: 'string' } as const;
+const queuedInput = { type: 'object', additionalProperties: false, required: ['input_id', 'content', 'queued_at'], properties: { input_id: str, content: str, queued_at: str } } as const;
+
+export const sessionSchema = {
+  type: 'object', additionalProperties: false,
+  required: [
+    'session_id', 'workspace_id', 'status', 'model', 'tools', 'project_context', 'system_context', 'max_context_tokens', 'turn', 'message_id',
+    'pending_tool_calls', 'created_at', 'updated_at', 'closed_reason', 'last_seq', 'owner', 'steering_mode', 'follow_up_mode', 'interrupt_mode',
+    'queued_steering', 'queued_follow_ups',
+  ],
+  properties: {
+    session_id: str,
+    workspace_id: str,
+    status: { type: 'string', enum: [...SESSION_STATUSES] },
+    model: str,
+    tools: {
+      type: 'array',
+      items: {
+        type: 'object', additionalProperties: false,
+        required: ['name', 'description', 'parameters', 'timeout_ms', 'source', 'category'],
+        properties: { name: str, description: str, parameters: { type: 'object', additionalProperties: true }, timeout_ms: { type: 'integer' }, source: str, category: str },
+      },
+    },
+    project_context: { type: 'array', items: str },
+    system_context: str,
+    max_context_tokens: { type: 'integer' },
+    turn: { type: 'integer' },
+    message_id: { type: ['string', 'null'] },
+    pending_tool_calls: {
+      type: 'array',
+      items: { type: 'object', additionalProperties: false, required: ['tool_call_id', 'tool_name', 'deadline'], properties: { tool_call_id: str, tool_name: str, deadline: str } },
+    },
+    created_at: str,
+    updated_at: str,
+    closed_reason: { type: ['string', 'null'] },
+    last_seq: { type: 'integer' },
+    owner: { type: ['string', 'null'] },
+    steering_mode: { type: 'string', enum: [...STEERING_MODES] },
+    follow_up_mode: { type: 'string', enum: [...STEERING_MODES] },
+    interrupt_mode: { type: 'string', enum: [...INTERRUPT_MODES] },
+    queued_steering: { type: 'array', items: queuedInput },
+    queued_follow_ups: { type: 'array', items: queuedInput },
+  },
+} as const;
+
+export const sessionResponse = { type: 'object', additionalProperties: false, required: ['session'], properties: { session: sessionSchema } } as const;
+
+export const modelsResponse = {
+  type: 'object', additionalProperties: false,
+  // `default` is the first model (absent only if none is configured).
+  required: ['models'],
+  properties: { models: { type: 'array', items: str }, default: str },
+} as const;
+
+/** A steer or follow-up: queued behind the running turn (with its place), or the start of a turn. */
+const queuedInputOutcome = {
+  session_id: str,
+  input_id: str,
+  kind: { type: 'string', enum: ['steer', 'follow_up'] },
+  outcome: { type: 'string', enum: ['queued', 'started'] },
+  position: { type: 'integer' },
+} as const;
+
+export const queuedInputResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'input_id', 'kind', 'outcome'],
+  properties: queuedInputOutcome,
+} as const;
+
+/** A message starts a turn; with streaming_behavior, one sent while a turn runs is queued as a steer or follow-up. */
+export const messageResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'message_id'],
+  properties: { ...queuedInputOutcome, message_id: str },
+} as const;
+
+export const messagesResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'messages'],
+  // Chat messages as the model API has them, any shape.
+  properties: { session_id: str, messages: { type: 'array', items: {} } },
+} as const;
+
+export const abortResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'aborted', 'dropped', 'message_id'],
+  properties: { session_id: str, aborted: { type: 'boolean' }, dropped: { type: 'integer' }, message_id: { type: ['string', 'null'] } },
+} as const;
+
+export const toolResultResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'resumed'],
+  properties: { session_id: str, resumed: { type: 'boolean' } },
+} as const;
+
+export const registerToolsResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'tool_count'],
+  properties: { session_id: str, tool_count: { type: 'integer' } },
+} as const;
+
+export const cancelResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'cancelled'],
+  properties: { session_id: str, cancelled: { type: 'boolean' } },
+} as const;
+
+export const sessionEventsResponse = {
+  type: 'object', additionalProperties: false,
+  required: ['session_id', 'events', 'next_after_seq'],
+  properties: {
+    session_id: str,
+    events: {
+      type: 'array',
+      items: {
+        type: 'object', additionalProperties: false,
+        required: ['seq', 'timestamp', 'event_type', 'payload'],
+        properties: { seq: { type: 'integer' }, timestamp: str, event_type: str, payload: {} },
+      },
+    },
+    next_after_seq: { type: 'integer' },
   },
 } as const;
