@@ -122,6 +122,44 @@ describe('session approvals', () => {
     }
   });
 
+  it('roz StreamSession carries its own rules (StartSession.approval_policy): its calls ask or are denied as they say in a workspace with no policy; a bad rule is INVALID_ARGUMENT and opens nothing', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      // Workspace roz-own has no policy: without the session's rules calculate would run unasked.
+      const rules = [
+        { tool: 'calculate', when: { expression: { match: { $case: 'glob' as const, value: '6*?' } } }, action: 'ask', reason: 'the session asks', timeoutSecs: 120 },
+        { tool: 'calc*', when: {}, action: 'deny', reason: 'no other sums' },
+      ];
+      const s = new SessionStream(client);
+      s.send({ $case: 'start', value: { environmentId: 'roz-own', approvalPolicy: { rules } } });
+      const sessionId = ((await s.waitForCase('sessionStarted')).response!.value as { sessionId: string }).sessionId;
+      s.send({ $case: 'userMessage', value: { content: `Two sums [[scripted:parallel]] ${CALC('6*7')} ${CALC('1+1')}`, messageId: 'm1' } });
+      const waiting = await s.waitFor((f) => f.response?.$case === 'activityUpdate' && (f.response.value as { state: string }).state === 'waiting_approval');
+      const approvalId = (waiting.response!.value as { detail: string }).detail;
+      const record = (await api().get<{ approval: Approval & { reason: string } }>(`/api/approvals/${approvalId}`)).body.approval;
+      expect(record).toMatchObject({ session_id: sessionId, tool_name: 'calculate', arguments: '{"expression":"6*7"}', reason: 'the session asks' });
+      s.send({ $case: 'permissionDecision', value: { approvalId, approved: true } });
+      await s.waitForCase('turnComplete');
+      const log = await events(sessionId);
+      expect(log.filter((e) => e.event_type === 'tool_result').map((e) => [e.payload.success, e.payload.result])).toEqual(expect.arrayContaining([[false, 'denied: no other sums'], [true, '42']]));
+      s.cancel();
+
+      const sessionKeys = async () => (await redis.keys(`${stack.prefix}:{s:*`)).length;
+      const before = await sessionKeys();
+      for (const bad of [{ tool: 'calculate', when: {}, action: 'maybe' }, { tool: 'calculate', when: { expression: { match: undefined } }, action: 'ask' }]) {
+        const refused = new SessionStream(client);
+        refused.send({ $case: 'start', value: { environmentId: 'roz-own', approvalPolicy: { rules: [bad] } } });
+        const status = await refused.status;
+        expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
+        expect(status.details).toMatch(/approval_policy\.rules\[0\]\.(action must be one of|when\.expression must have exactly one of)/);
+      }
+      expect(await sessionKeys()).toBe(before);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('several calls of one turn each get a record; all are decided (over HTTP, on another gateway) before the turn goes on', async () => {
     const pool = await stack.addWorkerPool();
     try {

@@ -43,6 +43,7 @@ export {
   ToolCategoryHint,
   ConversationMessage,
   RegisterTools,
+  ApprovalRule as SessionApprovalRule,
 } from './gen/roz/v1/agent.ts';
 export type { DeepPartial } from './gen/roz/v1/agent.ts';
 // Generated from proto/kontekst/kontekst.proto: kontekst's own AgentService (Run) and DaemonService, as one

@@ -18,10 +18,24 @@ export function approvalRules(rules: readonly ApprovalRule[], what: string): App
       throw invalid(`${where}.timeout_secs must be an integer 1..${MAX_TIMEOUT_SECS}`);
     }
     if (rule.reason !== undefined && (typeof rule.reason !== 'string' || rule.reason.length > 1000)) throw invalid(`${where}.reason must be at most 1000 characters`);
+    checkWhen(rule.when, `${where}.when`);
     const problem = policyProblem([rule], what);
     if (problem) throw invalid(problem.replace(`${what}[0]`, where));
     return { tool: rule.tool, ...(rule.when !== undefined && { when: rule.when }), action: rule.action, ...(rule.timeout_secs !== undefined && { timeout_secs: rule.timeout_secs }), ...(rule.reason !== undefined && { reason: rule.reason }) };
   });
+}
+
+/** The HTTP schema's bounds on a rule's argument conditions, for edges without one (gRPC StartSession). */
+function checkWhen(when: ApprovalRule['when'], where: string): void {
+  if (when === undefined) return;
+  if (typeof when !== 'object' || when === null || Array.isArray(when)) throw invalid(`${where} must be an object`);
+  const entries = Object.entries(when);
+  if (entries.length > 16) throw invalid(`${where}: at most 16 conditions`);
+  for (const [name, match] of entries) {
+    if (name.length > 128) throw invalid(`${where}: an argument name is longer than 128 characters`);
+    const text = match && ('glob' in match ? { kind: 'glob', value: match.glob, max: 1000 } : 'regex' in match ? { kind: 'regex', value: match.regex, max: 500 } : null);
+    if (text && (typeof text.value !== 'string' || text.value.length > text.max)) throw invalid(`${where}.${name}.${text.kind} must be a string of at most ${text.max} characters`);
+  }
 }
 
 /**

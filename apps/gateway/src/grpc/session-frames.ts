@@ -1,7 +1,8 @@
 // Translates session log events into roz SessionResponse frames. The edge adds nothing else: every frame of a
 // log event carries its seq; events roz has no message for (user_message, tool_result, tools_registered,
 // session_closed) are not sent (the client's cursor still moves past them with the next frame).
-import type { SessionEvent, SessionResponse, StartSession, ConversationMessage } from '@cadre/protocol';
+import type { SessionEvent, SessionResponse, StartSession, ConversationMessage, SessionApprovalRule } from '@cadre/protocol';
+import type { ApprovalRule } from '@cadre/store';
 import type { HistoryInput, StartInput, ToolInput } from '@cadre/session';
 
 export function toSessionResponse(sessionId: string, event: SessionEvent): SessionResponse | null {
@@ -89,6 +90,20 @@ export function startInput(start: StartSession): StartInput {
     history: start.history.map(historyMessage),
     project_context: start.projectContext,
     ...(start.maxContextTokens && { max_context_tokens: start.maxContextTokens }),
+    ...(start.approvalPolicy && { approval_policy: { rules: start.approvalPolicy.rules.map(approvalRule) } }),
+  };
+}
+
+/** Cadre's ApprovalRule (StartSession.approval_policy) → the HTTP API's rule; the engine checks it the same way. */
+function approvalRule(rule: SessionApprovalRule): ApprovalRule {
+  const when = Object.entries(rule.when);
+  return {
+    tool: rule.tool,
+    // A match with no case set becomes {} and is refused by the engine (exactly one of equals, glob, regex).
+    ...(when.length > 0 && { when: Object.fromEntries(when.map(([name, m]) => [name, m.match ? { [m.match.$case]: m.match.value } : {}])) as ApprovalRule['when'] }),
+    action: rule.action as ApprovalRule['action'],
+    ...(rule.timeoutSecs !== undefined && { timeout_secs: rule.timeoutSecs }),
+    ...(rule.reason !== undefined && { reason: rule.reason }),
   };
 }
 

@@ -19,7 +19,7 @@ import {
   type Metadata,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Struct } from "../../google/protobuf/struct.ts";
+import { Struct, Value } from "../../google/protobuf/struct.ts";
 import { Timestamp } from "../../google/protobuf/timestamp.ts";
 
 export const protobufPackage = "roz.v1";
@@ -470,6 +470,54 @@ export interface StartSession {
    * session's whole life; a ToolRequest still waiting for its result is sent again.
    */
   afterSeq: number;
+  /**
+   * Cadre: the session's own approval rules, checked before its workspace's (first match wins); the same rules
+   * as the HTTP API's approval_policy on POST /api/sessions. Ignored when resuming (session_id).
+   */
+  approvalPolicy?: ApprovalPolicy | undefined;
+}
+
+/** Cadre: ordered approval rules (the HTTP API's approval_policy). */
+export interface ApprovalPolicy {
+  /** Checked in order; the first that matches a tool call decides it. */
+  rules: ApprovalRule[];
+}
+
+/** Cadre: one approval rule. */
+export interface ApprovalRule {
+  /** Glob over the tool's name: `*` matches any run of characters, `?` one character. */
+  tool: string;
+  /** Conditions on the call's top-level arguments, all of which must hold (none: any arguments). */
+  when: { [key: string]: ArgumentMatch };
+  /** allow, ask or deny. */
+  action: string;
+  /** How long an ask waits before it is denied with "approval timed out" (default 600). */
+  timeoutSecs?:
+    | number
+    | undefined;
+  /** Shown to the approver (ask) or to the model (deny). */
+  reason?: string | undefined;
+}
+
+export interface ApprovalRule_WhenEntry {
+  key: string;
+  value?: ArgumentMatch | undefined;
+}
+
+/** Cadre: how one argument of a call must look. */
+export interface ArgumentMatch {
+  /** Exactly one way to match. */
+  match?:
+    | //
+    /** Equal to this JSON value. */
+    { $case: "equals"; value: any | undefined }
+    | //
+    /** A string matching this glob. */
+    { $case: "glob"; value: string }
+    | //
+    /** A string matching this regular expression. */
+    { $case: "regex"; value: string }
+    | undefined;
 }
 
 /** A message of an earlier conversation. */
@@ -3464,6 +3512,7 @@ function createBaseStartSession(): StartSession {
     enableVideo: false,
     sessionId: undefined,
     afterSeq: 0,
+    approvalPolicy: undefined,
   };
 }
 
@@ -3504,6 +3553,9 @@ export const StartSession: MessageFns<StartSession> = {
     }
     if (message.afterSeq !== 0) {
       writer.uint32(264).uint64(message.afterSeq);
+    }
+    if (message.approvalPolicy !== undefined) {
+      ApprovalPolicy.encode(message.approvalPolicy, writer.uint32(274).fork()).join();
     }
     return writer;
   },
@@ -3617,6 +3669,14 @@ export const StartSession: MessageFns<StartSession> = {
             message.afterSeq = longToNumber(reader.uint64());
             continue;
           }
+          case 34: {
+            if (tag !== 274) {
+              break;
+            }
+
+            message.approvalPolicy = ApprovalPolicy.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3681,6 +3741,11 @@ export const StartSession: MessageFns<StartSession> = {
         : isSet(object.after_seq)
         ? globalThis.Number(object.after_seq)
         : 0,
+      approvalPolicy: isSet(object.approvalPolicy)
+        ? ApprovalPolicy.fromJSON(object.approvalPolicy)
+        : isSet(object.approval_policy)
+        ? ApprovalPolicy.fromJSON(object.approval_policy)
+        : undefined,
     };
   },
 
@@ -3722,6 +3787,9 @@ export const StartSession: MessageFns<StartSession> = {
     if (message.afterSeq !== 0) {
       obj.afterSeq = Math.round(message.afterSeq);
     }
+    if (message.approvalPolicy !== undefined) {
+      obj.approvalPolicy = ApprovalPolicy.toJSON(message.approvalPolicy);
+    }
     return obj;
   },
 
@@ -3742,6 +3810,454 @@ export const StartSession: MessageFns<StartSession> = {
     message.enableVideo = object.enableVideo ?? false;
     message.sessionId = object.sessionId ?? undefined;
     message.afterSeq = object.afterSeq ?? 0;
+    message.approvalPolicy = (object.approvalPolicy !== undefined && object.approvalPolicy !== null)
+      ? ApprovalPolicy.fromPartial(object.approvalPolicy)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseApprovalPolicy(): ApprovalPolicy {
+  return { rules: [] };
+}
+
+export const ApprovalPolicy: MessageFns<ApprovalPolicy> = {
+  encode(message: ApprovalPolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rules) {
+      ApprovalRule.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApprovalPolicy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApprovalPolicy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rules.push(ApprovalRule.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApprovalPolicy {
+    return {
+      rules: globalThis.Array.isArray(object?.rules) ? object.rules.map((e: any) => ApprovalRule.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ApprovalPolicy): unknown {
+    const obj: any = {};
+    if (message.rules?.length) {
+      obj.rules = message.rules.map((e) => ApprovalRule.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ApprovalPolicy>, I>>(base?: I): ApprovalPolicy {
+    return ApprovalPolicy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ApprovalPolicy>, I>>(object: I): ApprovalPolicy {
+    const message = createBaseApprovalPolicy();
+    message.rules = object.rules?.map((e) => ApprovalRule.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseApprovalRule(): ApprovalRule {
+  return { tool: "", when: {}, action: "", timeoutSecs: undefined, reason: undefined };
+}
+
+export const ApprovalRule: MessageFns<ApprovalRule> = {
+  encode(message: ApprovalRule, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tool !== "") {
+      writer.uint32(10).string(message.tool);
+    }
+    globalThis.Object.entries(message.when).forEach(([key, value]: [string, ArgumentMatch]) => {
+      ApprovalRule_WhenEntry.encode({ key: key as any, value }, writer.uint32(18).fork()).join();
+    });
+    if (message.action !== "") {
+      writer.uint32(26).string(message.action);
+    }
+    if (message.timeoutSecs !== undefined) {
+      writer.uint32(32).uint32(message.timeoutSecs);
+    }
+    if (message.reason !== undefined) {
+      writer.uint32(42).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApprovalRule {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApprovalRule();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            const entry2 = ApprovalRule_WhenEntry.decode(reader, reader.uint32());
+            if (entry2.value !== undefined) {
+              message.when[entry2.key] = entry2.value;
+            }
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.timeoutSecs = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApprovalRule {
+    return {
+      tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
+      when: isObject(object.when)
+        ? (globalThis.Object.entries(object.when) as [string, any][]).reduce(
+          (acc: { [key: string]: ArgumentMatch }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: ArgumentMatch.fromJSON(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      timeoutSecs: isSet(object.timeoutSecs)
+        ? globalThis.Number(object.timeoutSecs)
+        : isSet(object.timeout_secs)
+        ? globalThis.Number(object.timeout_secs)
+        : undefined,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : undefined,
+    };
+  },
+
+  toJSON(message: ApprovalRule): unknown {
+    const obj: any = {};
+    if (message.tool !== "") {
+      obj.tool = message.tool;
+    }
+    if (message.when) {
+      const entries = globalThis.Object.entries(message.when) as [string, ArgumentMatch][];
+      if (entries.length > 0) {
+        obj.when = {};
+        entries.forEach(([k, v]) => {
+          obj.when[k] = ArgumentMatch.toJSON(v);
+        });
+      }
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.timeoutSecs !== undefined) {
+      obj.timeoutSecs = Math.round(message.timeoutSecs);
+    }
+    if (message.reason !== undefined) {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ApprovalRule>, I>>(base?: I): ApprovalRule {
+    return ApprovalRule.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ApprovalRule>, I>>(object: I): ApprovalRule {
+    const message = createBaseApprovalRule();
+    message.tool = object.tool ?? "";
+    message.when = (globalThis.Object.entries(object.when ?? {}) as [string, ArgumentMatch][]).reduce(
+      (acc: { [key: string]: ArgumentMatch }, [key, value]: [string, ArgumentMatch]) => {
+        if (value !== undefined) {
+          acc[key] = ArgumentMatch.fromPartial(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.action = object.action ?? "";
+    message.timeoutSecs = object.timeoutSecs ?? undefined;
+    message.reason = object.reason ?? undefined;
+    return message;
+  },
+};
+
+function createBaseApprovalRule_WhenEntry(): ApprovalRule_WhenEntry {
+  return { key: "", value: undefined };
+}
+
+export const ApprovalRule_WhenEntry: MessageFns<ApprovalRule_WhenEntry> = {
+  encode(message: ApprovalRule_WhenEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== undefined) {
+      ArgumentMatch.encode(message.value, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApprovalRule_WhenEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApprovalRule_WhenEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = ArgumentMatch.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApprovalRule_WhenEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? ArgumentMatch.fromJSON(object.value) : undefined,
+    };
+  },
+
+  toJSON(message: ApprovalRule_WhenEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== undefined) {
+      obj.value = ArgumentMatch.toJSON(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ApprovalRule_WhenEntry>, I>>(base?: I): ApprovalRule_WhenEntry {
+    return ApprovalRule_WhenEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ApprovalRule_WhenEntry>, I>>(object: I): ApprovalRule_WhenEntry {
+    const message = createBaseApprovalRule_WhenEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null)
+      ? ArgumentMatch.fromPartial(object.value)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseArgumentMatch(): ArgumentMatch {
+  return { match: undefined };
+}
+
+export const ArgumentMatch: MessageFns<ArgumentMatch> = {
+  encode(message: ArgumentMatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.match?.$case) {
+      case "equals":
+        Value.encode(Value.wrap(message.match.value), writer.uint32(10).fork()).join();
+        break;
+      case "glob":
+        writer.uint32(18).string(message.match.value);
+        break;
+      case "regex":
+        writer.uint32(26).string(message.match.value);
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ArgumentMatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseArgumentMatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.match = { $case: "equals", value: Value.unwrap(Value.decode(reader, reader.uint32())) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.match = { $case: "glob", value: reader.string() };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.match = { $case: "regex", value: reader.string() };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ArgumentMatch {
+    return {
+      match: isSet(object.equals)
+        ? { $case: "equals", value: object.equals }
+        : isSet(object.glob)
+        ? { $case: "glob", value: globalThis.String(object.glob) }
+        : isSet(object.regex)
+        ? { $case: "regex", value: globalThis.String(object.regex) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: ArgumentMatch): unknown {
+    const obj: any = {};
+    if (message.match?.$case === "equals") {
+      obj.equals = message.match.value;
+    } else if (message.match?.$case === "glob") {
+      obj.glob = message.match.value;
+    } else if (message.match?.$case === "regex") {
+      obj.regex = message.match.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ArgumentMatch>, I>>(base?: I): ArgumentMatch {
+    return ArgumentMatch.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ArgumentMatch>, I>>(object: I): ArgumentMatch {
+    const message = createBaseArgumentMatch();
+    switch (object.match?.$case) {
+      case "equals": {
+        if (object.match?.value !== undefined && object.match?.value !== null) {
+          message.match = { $case: "equals", value: object.match.value };
+        }
+        break;
+      }
+      case "glob": {
+        if (object.match?.value !== undefined && object.match?.value !== null) {
+          message.match = { $case: "glob", value: object.match.value };
+        }
+        break;
+      }
+      case "regex": {
+        if (object.match?.value !== undefined && object.match?.value !== null) {
+          message.match = { $case: "regex", value: object.match.value };
+        }
+        break;
+      }
+    }
     return message;
   },
 };
