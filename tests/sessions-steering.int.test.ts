@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
-import { KeyBuilder, SessionStore } from '@cadre/store';
+import { Redis } from 'ioredis';
+import { assertContiguous, httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { SessionEngine, SessionQueue } from '@cadre/session';
+import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
@@ -222,6 +224,33 @@ describe('steering and follow-ups', () => {
     expect(await redis.zscore(keys.sessionsEnqueueing(), mark)).toBeNull();
     const { body } = await api().get<{ session: Session }>(`/api/sessions/${id}`);
     expect(body.session.status).toBe('idle');
+  });
+
+  it('an approval decided by a gateway whose enqueue of the continuation failed (it died in between) is resumed by the sweeper', async () => {
+    const created = await api().post<{ session: Session }>('/api/sessions', { workspace_id: 'steer', approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] } });
+    const id = created.body.session.session_id;
+    await api().post(`/api/sessions/${id}/messages`, { content: 'Compute [[scripted:call=calculate({"expression":"6*7"})]]' });
+    const asked = (await eventsUntil(id, count('approval_requested', 1))).find((e) => e.event_type === 'approval_requested')!;
+    await waitUntil('the turn to park on its approval', async () => (await api().get<{ session: Session }>(`/api/sessions/${id}`)).body.session.status === 'waiting_tool');
+    // The decision as a gateway makes it, through the engine, with its BullMQ connection gone: the decision script
+    // runs on the store's connection, then adding the continuation's job fails — what a crash between the two leaves.
+    const keys = new KeyBuilder(stack.prefix);
+    const lost = new Redis({ port: 1, maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+    const deadQueue = new SessionQueue({ connection: lost, keys, onError: () => undefined });
+    const subscriber = stack.redis.connect();
+    const engine = new SessionEngine({ store: new SessionStore({ redis, keys }), queue: deadQueue, fanout: new EventFanout({ keys, subscriber }), defaultModel: 'cadre-scripted' });
+    try {
+      await expect(engine.decideApproval({ workspaces: 'steer' }, id, asked.payload.approval_id, true, '', 'test')).rejects.toThrow();
+    } finally {
+      await deadQueue.close().catch(() => undefined);
+      subscriber.disconnect();
+    }
+    // The mark the decision left brings the sweeper (enqueue grace 400 ms): the tool runs and the turn completes.
+    const all = await eventsUntil(id, count('turn_complete', 1));
+    assertContiguous(all.map((e) => e.seq));
+    expect(all.find((e) => e.event_type === 'tool_result')!.payload).toMatchObject({ tool_name: 'calculate', success: true, result: '42' });
+    expect(all.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('end_turn');
+    expect(await redis.zcard(keys.sessionsEnqueueing())).toBe(0);
   });
 
   it('an immediate-steer notice that arrives late (its steer already delivered) does not cut the next answer short', async () => {

@@ -39,13 +39,12 @@ function checkWhen(when: ApprovalRule['when'], where: string): void {
 }
 
 /**
- * What follows a decision outside the script: an approved client call's own deadline starts, and a turn whose
- * last awaited call this was is resumed by a continuation job.
+ * What follows a decision outside the script: an approved client call's own deadline starts. (A turn whose last
+ * awaited call this was is resumed by the caller's changeAndEnqueue around the decision, which the sweeper covers.)
  */
-export async function afterDecision(queue: SessionQueue, sessionId: string, decided: { call: ClientCall; wake: number }): Promise<void> {
-  const { call, wake } = decided;
+export async function afterDecision(queue: SessionQueue, sessionId: string, decided: { call: ClientCall }): Promise<void> {
+  const { call } = decided;
   if (call.approval?.status === 'approved' && !call.builtin && call.status === 'pending') {
     await queue.scheduleDeadline(sessionId, call.tool_call_id, call.deadline_ms - Date.now(), call.timeout_ms);
   }
-  if (wake > 0) await queue.enqueueTurn(sessionId, wake);
 }

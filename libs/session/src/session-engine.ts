@@ -277,9 +277,11 @@ export class SessionEngine {
     if (modifier !== undefined) await this.checkModifier(sessionId, id, approved, modifier);
     let decided;
     try {
-      decided = await this.mapped(this.deps.store.decideApproval(
+      // The continuation (when this was the last awaited call) goes through the marked enqueue: a gateway that dies
+      // between the decision and the job leaves the mark, and the sweeper enqueues it.
+      decided = await this.wake(sessionId, () => this.mapped(this.deps.store.decideApproval(
         sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach, modifier === undefined ? '' : JSON.stringify(modifier),
-      ));
+      )), (d) => d.wake);
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_not_found') throw new SessionEngineError('not_found', `approval ${id} not found`);
       if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);

@@ -165,12 +165,12 @@ export class TurnRunner {
 
   /** An approval's deadline job: still pending, it expires (denied with "approval timed out") and the turn goes on. */
   async expireApproval(sessionId: string, approvalId: string): Promise<void> {
-    let decided;
-    try {
-      decided = await this.deps.store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '');
-    } catch {
-      return; // decided in time, or the turn or session ended: nothing to expire
-    }
+    const { store, queue } = this.deps;
+    // Refused: decided in time, or the turn or session ended, so there is nothing to expire. The continuation goes
+    // through the marked enqueue, as every other: a worker that dies before the job is added leaves it to the sweeper.
+    const expire = () => store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '').catch(() => null);
+    const decided = await changeAndEnqueue(store, queue, sessionId, expire, (d) => d?.wake ?? 0);
+    if (!decided) return;
     await afterDecision(this.deps.queue, sessionId, decided);
   }
 
