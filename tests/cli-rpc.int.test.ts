@@ -167,6 +167,25 @@ describe('cadre rpc (oh-my-pi RPC mode over stdio)', () => {
     rpc.child.stdin.end();
     expect(await rpc.exited).toBe(0);
   });
+
+  it('a turn handed back by a draining worker past its deadline: attempt_lost, then message_end with the answer once', async () => {
+    const rpc = new Rpc();
+    rpc.send({ id: '1', type: 'prompt', message: 'Tell a long story [[scripted:words=300]] [[scripted:chunk_delay=40]]' });
+    await rpc.waitFor(count('message_update', 2));
+    // The stack's worker pool drains with a short deadline (what SIGTERM does); a new pool resumes the turn.
+    const [draining] = stack.pools.splice(0, 1);
+    await draining!.close(300);
+    await stack.addWorkerPool();
+    const lines = await rpc.waitFor(count('agent_end', 1), 60_000);
+    expect(lines.filter((l) => l.type === 'attempt_lost')).toEqual([expect.objectContaining({ attempt: 1, reason: 'worker_shutdown' })]);
+    const answer = lines.find((l) => l.type === 'message_end')!.message.content as string;
+    expect(answer.match(/Scripted answer to/g)).toHaveLength(1);
+    expect(answer).toMatch(/w288 scripted model keeps talking so that a long answer fills context$/);
+    rpc.send({ id: '2', type: 'get_last_assistant_text' });
+    expect((await rpc.response('2')).data.text).toBe(answer);
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  }, 90_000);
 });
 
 describe('cadre rpc approvals (extension_ui_request confirm, answered by extension_ui_response or approve / deny)', () => {

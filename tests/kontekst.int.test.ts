@@ -160,6 +160,25 @@ describe('kontekst AgentService.Run', () => {
     run.close();
   });
 
+  it('a turn handed back by a draining worker past its deadline: Completed has the answer once, not its start twice', async () => {
+    // The shared worker gives way to one with a short drain deadline; SIGTERM hands the streaming turn back.
+    worker!.kill('SIGKILL');
+    const draining = await stack.spawnWorkerProcess({ CADRE_SHUTDOWN_GRACE_MS: '300' });
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: 'Tell a long story [[scripted:words=300]] [[scripted:chunk_delay=40]]', sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    await run.waitFor('token');
+    const exited = new Promise<number | null>((resolve) => draining.once('exit', resolve));
+    draining.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    worker = await stack.spawnWorkerProcess();
+    const completed = await run.waitFor('completed', 60_000);
+    const { messages } = (await httpClient(stack.url).get<{ messages: { content: string }[] }>(`/api/sessions/${started.sessionId}/messages`)).body;
+    expect(completed.content).toBe(messages.at(-1)!.content);
+    expect(run.of('turnCompleted').at(-1)!.content).toBe(completed.content);
+    run.close();
+  }, 90_000);
+
   it('refuses a run whose first command is not start, and a skill (Cadre has none)', async () => {
     const bad = new Run();
     bad.send({ $case: 'approveTool', value: { callId: 'x' } });

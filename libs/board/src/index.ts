@@ -23,3 +23,6 @@ export type { Agent, Ending, Team, TaskSnapshot, TeamEventLike } from '../public
 /** Following a task's or session's SSE stream with resume, for the same readers. */
 export { followStream } from '../public/event-stream.js';
 export type { StreamHandle, StreamOptions, StreamStateKind } from '../public/event-stream.js';
+/** A session turn's answer text, folded from its events (deltas, and what a lost attempt streamed dropped). */
+export { applyAnswerEvent, emptyAnswer } from '../public/answer.js';
+export type { Answer, SessionEventLike } from '../public/answer.js';

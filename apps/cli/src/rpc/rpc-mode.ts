@@ -3,7 +3,7 @@
 // session on a gateway through the HTTP session API, so the conversation outlives this process.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { followStream, type StreamHandle } from '@cadre/board';
+import { applyAnswerEvent, emptyAnswer, followStream, type Answer, type SessionEventLike, type StreamHandle } from '@cadre/board';
 import type { CadreClient } from '../client.ts';
 
 // Commands from stdin and gateway answers are untyped JSON, checked field by field where they are used.
@@ -26,7 +26,8 @@ export class RpcMode {
   private sessionId: string | null = null;
   private events: StreamHandle | null = null;
   private lastText = '';
-  private currentText = '';
+  /** The answer being streamed (a lost attempt's unfinished model call dropped, as the next attempt streams it again). */
+  private answer: Answer = emptyAnswer();
   private sessionName = '';
   private bash: ChildProcess | null = null;
 
@@ -249,12 +250,12 @@ export class RpcMode {
 
   private toAgentEvents(e: Json): object[] {
     const p = e.payload as Json;
+    applyAnswerEvent(this.answer, e as SessionEventLike);
     switch (e.event_type) {
       case 'user_message':
-        this.currentText = '';
+        this.answer = emptyAnswer();
         return [{ type: 'agent_start' }, { type: 'turn_start', turn: p.turn }, { type: 'message_start', message: { role: 'user', content: p.content } }];
       case 'text_delta':
-        this.currentText += p.content;
         return [{ type: 'message_update', assistantMessageEvent: { type: 'text_delta', delta: p.content } }];
       case 'thinking_delta':
         return [{ type: 'message_update', assistantMessageEvent: { type: 'thinking_delta', delta: p.content } }];
@@ -265,11 +266,11 @@ export class RpcMode {
       case 'input_queued':
       case 'input_delivered':
       case 'input_dropped':
-        if (e.event_type === 'input_delivered') this.currentText = '';
+        if (e.event_type === 'input_delivered') this.answer = emptyAnswer();
         return [{ type: e.event_type, ...p }];
       case 'turn_complete':
-        this.lastText = this.currentText;
-        return [{ type: 'message_end', message: { role: 'assistant', content: this.currentText } }, { type: 'turn_end', stopReason: p.stop_reason, usage: p.usage }, { type: 'agent_end' }];
+        this.lastText = this.answer.text;
+        return [{ type: 'message_end', message: { role: 'assistant', content: this.answer.text } }, { type: 'turn_end', stopReason: p.stop_reason, usage: p.usage }, { type: 'agent_end' }];
       case 'approval_requested':
         // oh-my-pi's extension UI confirm dialog; answered by extension_ui_response (or Cadre's approve / deny).
         return [{
@@ -281,6 +282,9 @@ export class RpcMode {
         return [{ type: 'approval_resolved', ...p }];
       case 'session_error':
         return [{ type: 'error', code: p.code, message: p.message }];
+      case 'attempt_lost':
+        // Cadre's: the text_delta updates since the model call began come again; message_end has the answer once.
+        return [{ type: 'attempt_lost', ...p }];
       default:
         return [];
     }

@@ -1,4 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
+import { applyAnswerEvent, emptyAnswer, type Answer } from '@cadre/board';
 import type { Logger } from '@cadre/observability';
 import { kontekst, type SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
@@ -50,8 +51,8 @@ class RunCall {
   private done = false;
   private terminal = false;
   // What the current model answer said so far, and the run's last answer.
-  private content = '';
-  private reasoning = '';
+  /** The model answer since the last TurnCompleted (what a lost attempt streamed past its boundary dropped). */
+  private answer: Answer = emptyAnswer();
   private proposed: kontekst.ProposedToolCall[] = [];
   private unfinished = new Set<string>();
   private lastError = '';
@@ -162,12 +163,11 @@ class RunCall {
   }
 
   private async translate(event: SessionEvent): Promise<RunEventCase[]> {
+    applyAnswerEvent(this.answer, event);
     switch (event.event_type) {
       case 'text_delta':
-        this.content += event.payload.content;
         return [{ $case: 'token', value: { text: event.payload.content } }];
       case 'thinking_delta':
-        this.reasoning += event.payload.content;
         return [{ $case: 'reasoning', value: { text: event.payload.content } }];
       case 'approval_requested': {
         const p = event.payload;
@@ -198,8 +198,7 @@ class RunCall {
         const stop = event.payload.stop_reason;
         if (stop === 'cancelled' || stop === 'denied') return [{ $case: 'cancelled', value: { runId: this.runId } }];
         if (stop === 'error') return [{ $case: 'failed', value: { runId: this.runId, error: this.lastError || 'the run failed' } }];
-        const content = this.content;
-        const reasoning = this.reasoning;
+        const { text: content, thinking: reasoning } = this.answer;
         return [...(await this.turnCompleted()), { $case: 'completed', value: { runId: this.runId, content, reasoning } }];
       }
       case 'session_closed':
@@ -220,11 +219,10 @@ class RunCall {
       remainingTokens: Math.max(0, max - used), historyMessages: 0, memoryMessages: 0, totalMessages: 0, historyBudget: 0, messages: [],
     };
     const frames: RunEventCase[] = [
-      { $case: 'turnCompleted', value: { content: this.content, reasoning: this.reasoning, context } },
+      { $case: 'turnCompleted', value: { content: this.answer.text, reasoning: this.answer.thinking, context } },
       { $case: 'contextSnapshot', value: { context } },
     ];
-    this.content = '';
-    this.reasoning = '';
+    this.answer = emptyAnswer();
     return frames;
   }
 

@@ -1,6 +1,7 @@
 // The WindieOS /ws wire format (../../../../shared reference 002, "WebSocket Endpoint"): the handshake (no
 // envelope), the {id, type, payload} envelope, and session log events turned into server messages.
 import { randomUUID } from 'node:crypto';
+import { applyAnswerEvent, emptyAnswer, type Answer } from '@cadre/board';
 import type { SessionEvent } from '@cadre/protocol';
 import { parseArguments } from '@cadre/session';
 
@@ -101,10 +102,10 @@ export function decodeRequestId(requestId: string): { sessionId: string; toolCal
  * A session event as WindieOS server messages (none for events the protocol has no message for). `answer`
  * collects the turn's text for streaming-complete's final_response.
  */
-export function toServerMessages(sessionId: string, event: SessionEvent, answer: { text: string }): string[] {
+export function toServerMessages(sessionId: string, event: SessionEvent, answer: Answer): string[] {
+  applyAnswerEvent(answer, event);
   switch (event.event_type) {
     case 'text_delta':
-      answer.text += event.payload.content;
       return [serverMessage('streaming-response', { text: event.payload.content })];
     case 'thinking_delta':
       return [serverMessage('llm-thought', { status: event.payload.content })];
@@ -123,7 +124,7 @@ export function toServerMessages(sessionId: string, event: SessionEvent, answer:
     case 'turn_complete': {
       const u = event.payload.usage;
       const final = answer.text;
-      answer.text = '';
+      Object.assign(answer, emptyAnswer());
       return [
         serverMessage('token-count', {
           prompt_tokens: u.prompt_tokens, visible_output_tokens: u.completion_tokens, thinking_tokens: null,
@@ -146,10 +147,6 @@ export function toServerMessages(sessionId: string, event: SessionEvent, answer:
     }
     case 'session_error':
       return [serverMessage('error', { message: event.payload.message })];
-    case 'attempt_lost':
-      // The turn goes on elsewhere from its last boundary; the deltas after it may repeat the answer's start.
-      answer.text = '';
-      return [];
     default:
       return [];
   }

@@ -1,4 +1,5 @@
 import type { WebSocket } from 'ws';
+import { emptyAnswer } from '@cadre/board';
 import type { Logger } from '@cadre/observability';
 import type { SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, clientTools, type SessionEngine, type ToolInput } from '@cadre/session';
@@ -263,7 +264,7 @@ export class WindieSocket {
     if (!watcher) return;
     if (this.closed) return void watcher.return();
     this.watchers.set(sessionId, watcher);
-    const answer = { text: '' };
+    const answer = emptyAnswer();
     for (const pending of await this.deps.sessions.pendingToolRequests(scope, sessionId, head)) {
       for (const m of toServerMessages(sessionId, { seq: pending.seq, timestamp: '', event_type: 'tool_request', payload: pending.payload }, answer)) this.send(m);
     }
