@@ -137,7 +137,11 @@ describe('the listing index', () => {
       const store = new TaskStore({ redis, keys, taskListMaxEntries: 3 });
       const team = { lead: { instructions: 'lead' }, workers: [], max_workers: 2 };
       const ids: string[] = [];
-      for (let i = 0; i < 5; i++) ids.push((await store.createTask({ workspace_id: 'w', goal: `g${i}`, team, metadata: {} })).task.task_id);
+      for (let i = 0; i < 5; i++) {
+        const { task } = await store.createTask({ workspace_id: 'w', goal: `g${i}`, team, metadata: {} });
+        await store.listNew(task);
+        ids.push(task.task_id);
+      }
       expect(await redis.zcard(keys.workspaceTaskList('w'))).toBe(3);
       // Newest first; tasks created in the same millisecond order by id.
       const created = await Promise.all(ids.map(async (id) => ({ id, at: Date.parse((await store.getTask(id))!.created_at) })));

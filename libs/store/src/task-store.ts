@@ -74,8 +74,9 @@ export class TaskStore {
    * Creates a task with its roster (the lead, plus the named workers) and its first event, in one script. With an
    * idempotency key the task id derives from workspace and key, so a repeated request finds the task the first one
    * created, and a refused or failed request leaves nothing behind that could claim the key.
-   * The task is also marked as being enqueued (in the same round trip, before the script): the caller enqueues its
-   * jobs, then calls enqueued(); a gateway that dies in between leaves the mark for the enqueue sweeper.
+   * The task is also marked as being enqueued (in the same round trip, before the script): the caller lists a new
+   * task (listNew) and enqueues its jobs, then calls enqueued(); a gateway that dies in between leaves the mark for
+   * the enqueue sweeper, which does both.
    */
   async createTask(input: NewTask, idempotencyKey?: string): Promise<{ task: TaskRecord; created: boolean }> {
     const taskId = idempotencyKey === undefined ? randomUUID() : idempotentTaskId(input.workspace_id, idempotencyKey);
@@ -111,8 +112,6 @@ export class TaskStore {
       if (!task) throw new Error(`task ${taskId} vanished right after creation`);
       return { task, created: false };
     }
-    // Listing and metrics are other slots (the workspace's, the global stats): sent together, one round trip.
-    await Promise.all([this.index(taskId, input.workspace_id, created), this.redis.hincrby(this.keys.taskStats(), 'queued', 1)]);
     const now = new Date(created).toISOString();
     const task: TaskRecord = {
       task_id: taskId, workspace_id: input.workspace_id, goal: input.goal, status: 'queued', mode, team: input.team, metadata: input.metadata,
@@ -120,6 +119,15 @@ export class TaskStore {
       workers: roster.map((w) => ({ worker_id: w.worker_id, role: w.role, status: 'pending', attempt: 0, host_id: null, result: null, failure_reason: null, usage: null })),
     };
     return { task, created: true };
+  }
+
+  /**
+   * Lists a task createTask has just created in its workspace (index) and counts it as queued in the status stats.
+   * Both are other slots than the task's (the workspace's, the global stats), so they follow the script; the caller
+   * sends them beside the task's enqueue, which needs neither (one round trip for all three).
+   */
+  async listNew(task: TaskRecord): Promise<void> {
+    await Promise.all([this.index(task.task_id, task.workspace_id, Date.parse(task.created_at)), this.redis.hincrby(this.keys.taskStats(), 'queued', 1)]);
   }
 
   /** The task's jobs are in the queue: it no longer needs the enqueue sweeper. */

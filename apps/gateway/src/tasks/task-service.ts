@@ -1,4 +1,4 @@
-import { annotateSpan, type Logger } from '@cadre/observability';
+import { annotateSpan, scrubError, type Logger } from '@cadre/observability';
 import { resolveTools, UnknownToolError } from '@cadre/agent';
 import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent } from '@cadre/protocol';
 import { StoreError, decodeTaskCursor, policyProblem, type ApprovalPolicy, type ApprovalStore, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
@@ -58,16 +58,20 @@ export class TaskService {
     // steps finishes the first request's work instead of leaving the task queued forever; without a retry, the
     // enqueue sweeper does it (the store marked the task before writing it).
     if (task.status === 'queued') {
-      try {
-        await this.deps.queue.enqueueTask(task);
-      } catch (err) {
+      // The listing and the jobs are in different slots and neither needs the other: sent together, one round trip.
+      const [listed, enqueued] = await Promise.allSettled([created && this.deps.store.listNew(task), this.deps.queue.enqueueTask(task)]);
+      if (enqueued.status === 'rejected') {
         // Nobody would ever run it: end it now rather than leave it queued for ever. (With an Idempotency-Key
         // the client's retry gets the cancelled task and can submit a new one.)
         await this.deps.store.cancelTask(task.task_id, 'could not be enqueued').catch(() => undefined);
-        throw err;
+        throw enqueued.reason;
       }
+      // Not listed: the mark stays, and the sweeper lists it.
+      if (listed.status === 'rejected') throw listed.reason;
     }
-    await this.deps.store.enqueued(task.task_id);
+    // The jobs are in: the answer need not wait for the mark to go. If clearing it fails, the sweeper finds the
+    // task enqueued and clears it then.
+    this.deps.store.enqueued(task.task_id).catch((err: unknown) => this.deps.logger.warn({ taskId: task.task_id, err: scrubError(err) }, 'could not clear the enqueue mark; the sweeper will'));
     if (created) this.deps.logger.info({ taskId: task.task_id, workspaceId: task.workspace_id, mode: task.mode }, 'task created');
     return { task, created };
   }
