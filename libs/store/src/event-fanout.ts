@@ -456,11 +456,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       }
       if (this.done) return { done: true, value: undefined };
       const event = this.take();
-      if (event) {
-        this.lastSeq = event.seq;
-        if (this.log.isTerminal(event)) this.finish();
-        return { done: false, value: event };
-      }
+      if (event) return { done: false, value: this.hand(event) };
       // Nothing contiguous in memory: read the log if it holds more (first read, a gap, dropped events), else wait.
       if (this.firstRead || this.knownHead > this.lastSeq) {
         this.firstRead = false;
@@ -485,6 +481,35 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       }
       await this.waitForPush();
     }
+  }
+
+  /**
+   * The next events in order: every one it holds from the next on (at most `max`), after waiting for the first if
+   * it holds none; [] once the watch is over; throws as next() does. One async step per batch, not per event: a
+   * reader that writes each event at once (a gRPC or SSE stream) spends one wake-up on all that a tail read pushed.
+   */
+  async nextBatch(max = 64): Promise<E[]> {
+    const first = await this.next();
+    if (first.done) return [];
+    const batch = [first.value];
+    while (batch.length < max && !this.done && !this.error) {
+      const event = this.take();
+      if (!event) break;
+      batch.push(this.hand(event));
+    }
+    return batch;
+  }
+
+  /** nextBatch() until the watch is over. */
+  async *batches(max?: number): AsyncGenerator<E[], void> {
+    for (let batch = await this.nextBatch(max); batch.length > 0; batch = await this.nextBatch(max)) yield batch;
+  }
+
+  /** `event` goes to the reader: its cursor moves past it, and the watch is over after the terminal event. */
+  private hand(event: E): E {
+    this.lastSeq = event.seq;
+    if (this.log.isTerminal(event)) this.finish();
+    return event;
   }
 
   private take(): E | undefined {

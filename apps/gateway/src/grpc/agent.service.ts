@@ -69,9 +69,12 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       watcher = await deps.tasks.watch(principal, taskId, call.request.afterSeq ?? 0);
       if (call.cancelled) stop();
       if (watcher) {
-        for await (const event of watcher) {
+        for await (const batch of watcher.batches()) {
+          for (const event of batch) {
+            if (call.cancelled) break;
+            if (!call.write(encodeOnce(taskId, event))) await writable(call, 'cancelled', watcher);
+          }
           if (call.cancelled) break;
-          if (!call.write(encodeOnce(taskId, event))) await writable(call, 'cancelled', watcher);
         }
       }
       if (!call.cancelled) call.end();
