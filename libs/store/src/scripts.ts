@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import type { RedisClient } from './connect.ts';
 import { luaErrorTable } from './errors.ts';
@@ -70,15 +71,22 @@ export function eventsAppended(redis: RedisClient): Readonly<Record<EventLog, nu
 
 let cached: ScriptSource[] | undefined;
 
-/** Registers every script as a command on the connection (EVALSHA with an EVAL fallback, done by ioredis). */
-export function defineScripts(redis: RedisClient): void {
-  cached ??= loadScripts();
-  for (const s of cached) {
-    if (!(s.name in redis)) redis.defineCommand(s.name, { numberOfKeys: s.numberOfKeys, lua: s.lua });
+/**
+ * Runs `script` by its SHA (EVALSHA); a server that does not hold it yet (first use, restart, failover) answers
+ * NOSCRIPT, and the script is sent whole (EVAL), which loads it for the next time.
+ */
+async function run(redis: RedisClient, script: ScriptSource & { sha: string }, args: ScriptArg[]): Promise<unknown[]> {
+  try {
+    return (await redis.evalsha(script.sha, script.numberOfKeys, ...args)) as unknown[];
+  } catch (err) {
+    if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
+    return (await redis.eval(script.lua, script.numberOfKeys, ...args)) as unknown[];
   }
 }
 
-/** The commands defineScripts adds, typed. Arguments after the keys are strings or numbers. */
+const scriptsByConnection = new WeakMap<RedisClient, StoreScripts>();
+
+/** The scripts, typed. Arguments after the keys are strings or numbers. */
 export type ScriptArg = string | number;
 export interface StoreScripts {
   createTask(...args: ScriptArg[]): Promise<number>;
@@ -122,14 +130,25 @@ export interface StoreScripts {
   decideRunApproval(...args: ScriptArg[]): Promise<[number, string?]>;
 }
 
-/** The scripts as methods: each returns the script's own reply, and adds what it appended to eventsAppended. */
+/**
+ * The scripts as methods: each returns the script's own reply, and adds what it appended to eventsAppended. Not
+ * ioredis's defineCommand: ioredis copies every defined command onto each pipeline it builds (each autopipelined
+ * batch and each MULTI), which with these scripts cost more than building the pipeline itself.
+ */
 export function scriptsOf(redis: RedisClient): StoreScripts {
-  defineScripts(redis);
-  const counts = eventsAppended(redis) as Record<EventLog, number>;
-  const command = redis as unknown as Record<string, (...args: ScriptArg[]) => Promise<unknown[]>>;
-  return Object.fromEntries(cached!.map(({ name }) => [name, async (...args: ScriptArg[]) => {
-    const reply = await command[name]!(...args);
-    EVENT_LOGS.forEach((log, i) => (counts[log] += reply[i] as number));
-    return reply[EVENT_LOGS.length] ?? null;
-  }])) as unknown as StoreScripts;
+  let scripts = scriptsByConnection.get(redis);
+  if (!scripts) {
+    cached ??= loadScripts();
+    const counts = eventsAppended(redis) as Record<EventLog, number>;
+    scripts = Object.fromEntries(cached.map((source) => {
+      const script = { ...source, sha: createHash('sha1').update(source.lua).digest('hex') };
+      return [source.name, async (...args: ScriptArg[]) => {
+        const reply = await run(redis, script, args);
+        EVENT_LOGS.forEach((log, i) => (counts[log] += reply[i] as number));
+        return reply[EVENT_LOGS.length] ?? null;
+      }];
+    })) as unknown as StoreScripts;
+    scriptsByConnection.set(redis, scripts);
+  }
+  return scripts;
 }

@@ -102,3 +102,16 @@ describe('fencing by lease', () => {
     expect(b.task.last_seq).toBe(1);
   });
 });
+
+describe('scripts', () => {
+  it('run by SHA, and are sent whole when the server has lost them (SCRIPT FLUSH: a restart or failover)', async () => {
+    await newTask();
+    // Not defined as ioredis commands: those are copied onto every pipeline the connection builds.
+    expect('createTask' in redis).toBe(false);
+    await redis.script('FLUSH');
+    const { task } = await store.createTask({ workspace_id: 'w', goal: 'after a flush', team, metadata: {} });
+    expect((await store.getTask(task.task_id))?.goal).toBe('after a flush');
+    const stats = await redis.info('commandstats');
+    expect(stats).toMatch(/cmdstat_eval:calls=\d+/);
+  });
+});
