@@ -270,11 +270,10 @@ describe('cadre', () => {
     const tmux = promisify(execFile);
     await tmux('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '30', `${command}; echo EXIT=$?; sleep 30`]);
     try {
-      let pane = '';
-      for (let i = 0; i < 200 && !pane.includes('EXIT='); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-        pane = (await tmux('tmux', ['capture-pane', '-p', '-t', session])).stdout;
-      }
+      const pane = await waitUntil('the watch in tmux to exit', async () => {
+        const shown = (await tmux('tmux', ['capture-pane', '-p', '-t', session])).stdout;
+        return shown.includes('EXIT=') && shown;
+      }, { timeoutMs: 20_000, everyMs: 100 });
       expect(pane).toContain('EXIT=0');
       // One header, one line per agent: the tree was redrawn in place, not appended.
       expect(pane.match(new RegExp(`task ${taskId}`, 'g'))).toHaveLength(1);

@@ -1,12 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue } from 'bullmq';
 import { AGENT_QUEUE, KeyBuilder, TaskStore, agentJobId } from '@cadre/store';
-import { TEST_API_KEY, startTestRedis, type TestRedis } from '@cadre/testing';
+import { TEST_API_KEY, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 // Nothing stranded (a gateway kill -9ed in the middle of a burst of creates) and no secret in a log (a Redis that
@@ -36,16 +35,6 @@ function spawnService(entry: string, env: Record<string, string>): { child: Chil
   return { child, output: () => output, exited };
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const value = await probe();
-    if (value !== undefined && value !== false) return value;
-    await sleep(50);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
 /** Every task stored under this stack's prefix, with its status. */
 async function allTasks(): Promise<Map<string, string>> {
   const out = new Map<string, string>();
@@ -67,12 +56,12 @@ describe('nothing stranded', () => {
       metadata: {},
     });
     expect(task.status).toBe('queued');
-    const status = await until('the orphan to finish', async () => {
+    const status = await waitUntil('the orphan to finish', async () => {
       const s = (await store.getTask(task.task_id))?.status;
       return s && TERMINAL.has(s) ? s : undefined;
-    });
+    }, { timeoutMs: 30_000 });
     expect(status).toBe('completed');
-    await until('its enqueue mark to be cleared', async () => (await redis.zscore(new KeyBuilder(stack.prefix).tasksEnqueueing(), task.task_id)) === null);
+    await waitUntil('its enqueue mark to be cleared', async () => (await redis.zscore(new KeyBuilder(stack.prefix).tasksEnqueueing(), task.task_id)) === null, { timeoutMs: 30_000 });
   });
 
   it('every task a kill -9ed gateway created during a burst ends', async () => {
@@ -80,7 +69,7 @@ describe('nothing stranded', () => {
       REDIS_URL: stack.redis.url, CADRE_API_KEY: TEST_API_KEY, CADRE_KEY_PREFIX: stack.prefix, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info',
     });
     try {
-      const port = await until('the gateway to listen', () => Number(/"port":(\d+),"msg":"gateway listening/.exec(gateway.output())?.[1] ?? 0) || undefined, 15_000);
+      const port = await waitUntil('the gateway to listen', () => Number(/"port":(\d+),"msg":"gateway listening/.exec(gateway.output())?.[1] ?? 0) || undefined, { timeoutMs: 15_000 });
       let answered = 0;
       const create = async (): Promise<void> => {
         try {
@@ -98,7 +87,7 @@ describe('nothing stranded', () => {
       const clients = Array.from({ length: 24 }, async () => {
         while (gateway.child.exitCode === null && gateway.child.signalCode === null) await create();
       });
-      await until('60 answered creates', () => answered >= 60, 20_000);
+      await waitUntil('60 answered creates', () => answered >= 60, { timeoutMs: 20_000 });
       gateway.child.kill('SIGKILL');
       await Promise.all(clients);
       await gateway.exited;
@@ -114,14 +103,14 @@ describe('nothing stranded', () => {
       console.log(`burst: ${answered} creates answered, ${created.size} tasks stored, ${orphans} without a job after the kill`);
       // Every task that reached Redis ends (run by the worker, enqueued by the sweeper if the dead gateway had not).
       const ids = [...created.keys()];
-      await until('every task to end', async () => {
+      await waitUntil('every task to end', async () => {
         const now = await allTasks();
         return ids.every((id) => TERMINAL.has(now.get(id) ?? '')) || undefined;
-      }, 60_000);
+      }, { timeoutMs: 60_000 });
       const final = await allTasks();
       expect(ids.filter((id) => final.get(id) !== 'completed')).toEqual([]);
       // Marks of tasks the dead gateway enqueued but could not clear go once the grace has passed.
-      await until('the enqueue marks to be swept', async () => (await redis.zcard(new KeyBuilder(stack.prefix).tasksEnqueueing())) === 0);
+      await waitUntil('the enqueue marks to be swept', async () => (await redis.zcard(new KeyBuilder(stack.prefix).tasksEnqueueing())) === 0, { timeoutMs: 30_000 });
     } finally {
       if (gateway.child.exitCode === null) gateway.child.kill('SIGKILL');
     }
@@ -175,12 +164,12 @@ describe('no secret in a log', () => {
     const gateway = spawnService('apps/gateway/src/main.ts', { REDIS_URL: goodUrl, CADRE_API_KEY: TEST_API_KEY, CADRE_KEY_PREFIX: prefix, PORT: '0', HOST: '127.0.0.1' });
     const worker = spawnService('apps/worker/src/main.ts', { REDIS_URL: goodUrl, OPENAI_BASE_URL: stack.model.url, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: prefix });
     try {
-      await until('both to start', () => gateway.output().includes('gateway listening') && worker.output().includes('worker pool ready'), 15_000);
+      await waitUntil('both to start', () => gateway.output().includes('gateway listening') && worker.output().includes('worker pool ready'), { timeoutMs: 15_000 });
       // Rotate, and cut every connection: each reconnect now offers the old password.
       await admin.config('SET', 'requirepass', rotated);
       await admin.auth(rotated);
       await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-      await until('both to log the refusal', () => /WRONGPASS/.test(gateway.output()) && /WRONGPASS/.test(worker.output()), 15_000);
+      await waitUntil('both to log the refusal', () => /WRONGPASS/.test(gateway.output()) && /WRONGPASS/.test(worker.output()), { timeoutMs: 15_000 });
       for (const service of [gateway, worker]) {
         expect(service.output()).not.toContain(first);
         expect(service.output()).not.toContain(rotated);

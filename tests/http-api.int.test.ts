@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, type ApiResponse } from '@cadre/testing';
+import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, waitUntil, type ApiResponse } from '@cadre/testing';
 import type { TeamEvent } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -426,15 +425,11 @@ describe('POST /api/tasks/:task_id/cancel', () => {
 });
 
 /** Polls the gateway's /metrics until BullMQ reports no active agent job. */
-async function waitUntilNoActiveJobs(timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+async function waitUntilNoActiveJobs(): Promise<void> {
+  await waitUntil('no active agent job in /metrics', async () => {
     const text = await (await fetch(`${stack.url}/metrics`)).text();
-    const active = /^cadre_queue_jobs\{[^}]*state="active"[^}]*\} (\d+)/m.exec(text);
-    if (active && active[1] === '0') return;
-    await sleep(50);
-  }
-  throw new Error(`agent jobs still active after ${timeoutMs} ms`);
+    return /^cadre_queue_jobs\{[^}]*state="active"[^}]*\} (\d+)/m.exec(text)?.[1] === '0';
+  }, { timeoutMs: 10_000 });
 }
 
 describe('responses', () => {

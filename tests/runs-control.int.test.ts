@@ -487,8 +487,10 @@ describe('run events', () => {
   it('streams the same events over SSE with id = seq, resumes from Last-Event-ID, and closes after streaming-complete', async () => {
     const { runId } = await runIn('running');
     await relay(runId, { event_type: 'tool-call', source: 'worker-stream', payload: { a: 1 } });
-    const read = async (headers: Record<string, string> = {}, query = ''): Promise<{ status: number; frames: { id: number; type: string; data: any }[] }> => {
-      const res = await fetch(`${stack.url}/api/runs/${runId}/stream${query}`, { headers: { 'x-windie-runs-key': RUNS_KEY, ...headers } });
+    // The answer's headers arrive once the server has registered the stream's watcher.
+    const open = (headers: Record<string, string> = {}, query = ''): Promise<Response> =>
+      fetch(`${stack.url}/api/runs/${runId}/stream${query}`, { headers: { 'x-windie-runs-key': RUNS_KEY, ...headers } });
+    const framesOf = async (res: Response): Promise<{ status: number; frames: { id: number; type: string; data: any }[] }> => {
       if (res.status !== 200) return { status: res.status, frames: [] };
       expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
       const text = await res.text(); // resolves only when the server closes the stream
@@ -498,10 +500,10 @@ describe('run events', () => {
         .map((f) => ({ id: Number(/^id: (\d+)$/m.exec(f)![1]), type: /^event: (\S+)$/m.exec(f)![1]!, data: JSON.parse(/^data: (.*)$/m.exec(f)![1]!) }));
       return { status: res.status, frames };
     };
-    const live = read();
-    await new Promise((r) => setTimeout(r, 200));
+    const read = async (headers: Record<string, string> = {}, query = '') => framesOf(await open(headers, query));
+    const live = await open();
     await relay(runId, { events: [{ event_type: 'tool-result', source: 'worker-stream', payload: { b: 2 } }, { event_type: 'streaming-complete', source: 'worker-stream', payload: {} }] });
-    const full = await live;
+    const full = await framesOf(live);
     const polled = await allEvents(runId);
     expect(full.frames.map((f) => f.data)).toEqual(polled);
     expect(full.frames.map((f) => f.id)).toEqual(polled.map((e) => e.seq));
@@ -520,8 +522,8 @@ describe('run events', () => {
 
   it('closes the SSE stream of a run that is stopped', async () => {
     const { runId } = await runIn('running');
-    const res = fetch(`${stack.url}/api/runs/${runId}/stream`, { headers: { 'x-windie-runs-key': RUNS_KEY } }).then((r) => r.text());
-    await new Promise((r) => setTimeout(r, 200));
+    // Open (the headers arrive once the server watches the run), then stop: the stop reaches a live stream.
+    const res = (await fetch(`${stack.url}/api/runs/${runId}/stream`, { headers: { 'x-windie-runs-key': RUNS_KEY } })).text();
     await control(runId, { action: 'stop' });
     const text = await res;
     expect(/event: run-control\n/.test(text)).toBe(true);

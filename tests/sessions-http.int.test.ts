@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
 
@@ -22,15 +22,12 @@ interface Ev {
   payload: Record<string, any>;
 }
 
-async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean, timeoutMs = 15_000): Promise<Ev[]> {
+async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean): Promise<Ev[]> {
   const api = httpClient(stack.url);
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+  return waitUntil(`a matching event in session ${sessionId}`, async () => {
     const { body } = await api.get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
-    if (body.events.some(pred)) return body.events;
-    await new Promise((r) => setTimeout(r, 30));
-  }
-  throw new Error(`no matching event in session ${sessionId}`);
+    return body.events.some(pred) && body.events;
+  }, { timeoutMs: 15_000 });
 }
 
 /** Every key of a session, with its type and content: what "nothing written" is checked against. */
@@ -77,8 +74,8 @@ describe('HTTP session API', () => {
     expect(all.filter((e) => e.event_type === 'turn_complete')[0]!.payload).toMatchObject({ message_id: sent.body.message_id, stop_reason: 'end_turn' });
 
     // SSE from a cursor, then close: the stream ends after session_closed.
-    const sse = fetch(`${stack.url}/api/sessions/${id}/stream`, { headers: { authorization: `Bearer ${TEST_API_KEY}`, 'last-event-id': String(all.at(-1)!.seq) } }).then((r) => r.text());
-    await new Promise((r) => setTimeout(r, 100));
+    // Its headers arrive once the server watches the session, so the close below reaches a live stream.
+    const sse = (await fetch(`${stack.url}/api/sessions/${id}/stream`, { headers: { authorization: `Bearer ${TEST_API_KEY}`, 'last-event-id': String(all.at(-1)!.seq) } })).text();
     const closed = await httpClient(stack.url).request<{ session: { status: string; closed_reason: string } }>('DELETE', `/api/sessions/${id}`, { reason: 'bye' });
     expect(closed.status).toBe(200);
     expect(closed.body.session).toMatchObject({ status: 'closed', closed_reason: 'bye' });

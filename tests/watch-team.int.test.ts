@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, watchTeam } from '@cadre/testing';
+import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, TEST_API_KEY, waitUntil, watchTeam } from '@cadre/testing';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -97,13 +97,10 @@ describe('WatchTeam over a real gRPC client', () => {
         workspace_id: 'watch', goal: 'Long log', team: { workers: [{ role: 'clock', instructions: calls, tools: ['current_time'] }] },
       });
       const taskId = res.body.task.task_id;
-      let last = 0;
-      for (let i = 0; i < 200; i++) {
+      const last = await waitUntil('the long task to complete', async () => {
         const t = await httpClient(small.url).get<{ task: { status: string; last_seq: number } }>(`/api/tasks/${taskId}`);
-        last = t.body.task.last_seq;
-        if (t.body.task.status === 'completed') break;
-        await new Promise((r) => setTimeout(r, 50));
-      }
+        return t.body.task.status === 'completed' && t.body.task.last_seq;
+      });
       expect(last).toBeGreaterThan(100);
       const tail = await watchTeam(c, { taskId, afterSeq: 0 });
       expect(tail.status.code).toBe(grpc.status.OUT_OF_RANGE);
@@ -129,8 +126,10 @@ describe('gateway drain', () => {
     const c = grpcClient(`127.0.0.1:${leaving.port}`);
     try {
       const taskId = await createTask('Outlive the gateway [[scripted:delay=400]]');
-      const watching = watchTeam(c, { taskId });
-      await new Promise((r) => setTimeout(r, 300));
+      let firstEvent!: () => void;
+      const receiving = new Promise<void>((resolve) => (firstEvent = resolve));
+      const watching = watchTeam(c, { taskId }, TEST_API_KEY, () => firstEvent());
+      await receiving; // the stream is open and live before the gateway leaves
       await leaving.close();
       const cut = await watching;
       expect(cut.status.code).toBe(grpc.status.UNAVAILABLE);
