@@ -127,6 +127,27 @@ describe('StreamSession over a real gRPC client', () => {
     expect((await s.status).code).toBe(grpc.status.OK);
   });
 
+  it('an image counts as an image in the context budget, not as its base64: a session with one does not compact needlessly', async () => {
+    const s = new SessionStream(client);
+    // 3,000 tokens: room for the image (counted as 1,445, the most OpenAI's tile formula gives) and a few messages;
+    // by its base64 (~1.4 M characters) the 1 MB image alone would be ~350,000.
+    start(s, { maxContextTokens: 3000 });
+    const started = await s.waitForCase('sessionStarted');
+    const sessionId = (started.response!.value as { sessionId: string }).sessionId;
+    const image = Buffer.alloc(1024 * 1024, 7);
+    s.send({ $case: 'userMessage', value: { content: 'Look at this', messageId: 'i1', context: [{ block: { $case: 'binary', value: { mimeType: 'image/png', data: image } } }] } });
+    const first = await s.waitForCase('turnComplete');
+    s.send({ $case: 'userMessage', value: { content: 'And now?', messageId: 'i2' } });
+    await s.waitFor((f) => f.response?.$case === 'turnComplete' && f.seq > first.seq);
+    expect(s.of('contextCompacted')).toEqual([]);
+    expect(s.of('textDelta').filter((d) => d.seq > first.seq).map((d) => d.content).join('')).toBe('Scripted answer to "And now?"');
+    // The model's second call still had the whole conversation, image included.
+    const { body } = await httpClient(stack.url).get<{ messages: { role: string; content: unknown }[] }>(`/api/sessions/${sessionId}/messages`);
+    expect(body.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
+    expect(body.messages[0]!.content).toEqual([{ type: 'text', text: 'Look at this' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${image.toString('base64')}` } }]);
+    s.end();
+  });
+
   it('binary context blocks are images the model sees (data URLs through openai); other types and oversized ones are refused', async () => {
     // A 1×1 PNG.
     const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');

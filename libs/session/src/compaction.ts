@@ -3,9 +3,32 @@ import { streamModelTurn, untilAborted } from '@cadre/agent';
 import type { TurnState } from '@cadre/store';
 import { modelMessages, type TranscriptMessage } from './transcript.ts';
 
-/** A rough token count (characters / 4), the same measure for the budget check and the figures reported. */
+/**
+ * What one image costs the model, whatever its size: the most OpenAI's tile formula gives (high detail: the image
+ * fit in 2048×2048, its short side scaled to 768 px, 170 tokens per 512-px tile plus 85; at most 2×4 tiles =
+ * 1,445). An upper bound, so the budget check never counts an image as less than a model would — and never by its
+ * base64 length (a 1 MB image is ~1.4 M characters: ~350,000 "tokens" by characters / 4).
+ */
+export const IMAGE_TOKENS = 1445;
+
+/**
+ * A rough token count, the same measure for the budget check and the figures reported: text by characters / 4,
+ * each image (an `image_url` content part) as IMAGE_TOKENS.
+ */
 export function estimateTokens(messages: readonly unknown[]): number {
-  return Math.ceil(JSON.stringify(messages).length / 4);
+  let images = 0;
+  const text = JSON.stringify(messages, (_key, value: unknown) => {
+    if (isImagePart(value)) {
+      images++;
+      return undefined;
+    }
+    return value;
+  });
+  return Math.ceil(text.length / 4) + images * IMAGE_TOKENS;
+}
+
+function isImagePart(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'image_url';
 }
 
 /**
