@@ -1,6 +1,6 @@
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { SessionEngineError } from '@cadre/session';
-import { StoreError, WatchClosedError } from '@cadre/store';
+import { StoreError, WatchClosedError, isRedisUnavailable } from '@cadre/store';
 
 /** Errors the gateway answers with; the code maps once to an HTTP status and once to a gRPC status. */
 export type ApiErrorCode =
@@ -76,7 +76,7 @@ export function grpcStatusOf(code: ApiErrorCode): GrpcStatus {
   }
 }
 
-/** Store and fan-out errors as API errors; anything else is not the caller's fault and stays a 500. */
+/** Store, fan-out and Redis-availability errors as API errors; anything else is not the caller's fault and stays a 500. */
 export function toApiError(err: unknown): ApiError | undefined {
   if (err instanceof ApiError) return err;
   if (err instanceof StoreError) {
@@ -123,5 +123,8 @@ export function toApiError(err: unknown): ApiError | undefined {
   if (err instanceof WatchClosedError) {
     return new ApiError(err.code === 'watcher_overflow' ? 'resource_exhausted' : 'unavailable', err.message);
   }
+  // Redis failing over (or out of reach): the request may succeed when retried, and nothing is known about what
+  // it asked for, so neither a 500 nor a 404. The Redis error itself is not shown (it names nodes and keys).
+  if (isRedisUnavailable(err)) return new ApiError('unavailable', 'the store is unavailable for the moment (Redis failing over or out of reach); retry');
   return undefined;
 }

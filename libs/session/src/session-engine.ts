@@ -351,6 +351,9 @@ export class SessionEngine {
   async events(scope: Scope, sessionId: string, afterSeq: number, limit: number): Promise<{ events: SessionEvent[]; next_after_seq: number }> {
     checkSessionId(sessionId);
     const page = await this.deps.store.readEvents(sessionId, afterSeq, limit).catch(async (err: unknown) => {
+      // Only the store's own refusals (a cursor error) say anything about the session; any other failure (Redis
+      // failing over) goes out as it is (503), never as "not found".
+      if (!(err instanceof StoreError)) throw err;
       // A cursor error must not tell another workspace's key that the session exists.
       const head = await this.deps.store.sessionHead(sessionId);
       throw head && visible(scope, head.workspace_id) ? err : notFound(sessionId);

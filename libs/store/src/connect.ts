@@ -57,6 +57,9 @@ function open(target: RedisTarget, name: string, opts: ConnectOptions, lazyConne
         // A master that died: retry on the new topology rather than fail the command while its replica takes over
         // (node timeout + election: seconds). Until the nodes agree, a MOVED can point back and forth, so redirects
         // wait too, and ioredis's default of 16 of them (spent in well under a second) becomes 100 (over 10 s).
+        // Reads go to the slot's master, never a replica: a replica lags, and a read must see the write it follows
+        // (a task just created, an event just appended).
+        scaleReads: 'master',
         retryDelayOnFailover: 200,
         retryDelayOnClusterDown: 200,
         retryDelayOnTryAgain: 200,
@@ -77,6 +80,28 @@ function credentials(target: { username?: string; password?: string }): Pick<Red
 /** The variable an operator fixes when Redis refuses the credentials. */
 function credentialsVariable(target: RedisTarget): string {
   return target.mode === 'single' ? 'REDIS_URL' : 'REDIS_PASSWORD';
+}
+
+/**
+ * Replies and client errors that say Redis cannot answer right now — a master failing over, a slot moving, a node
+ * still loading, a lost connection, the Cluster client's retries spent waiting for one of those — and nothing about
+ * the data asked for.
+ */
+const UNAVAILABLE_REPLY = /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN|READONLY|LOADING|MASTERDOWN|NOREPLICAS|BUSY) /;
+const UNAVAILABLE_CLIENT = /^(Connection is closed|Too many Cluster redirections|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available|Reached the max retries per request limit|Stream isn't writeable)/;
+const UNAVAILABLE_SOCKET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+
+/**
+ * Whether a command failed because Redis could not answer for now (see UNAVAILABLE_REPLY) rather than because of
+ * what was asked. An edge answers such a failure as "unavailable, retry" (503 / UNAVAILABLE): never as "not found",
+ * which a client would believe. A MULTI discarded for such a reply to one of its commands (EXECABORT) is one too.
+ */
+export function isRedisUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (UNAVAILABLE_SOCKET.has((err as NodeJS.ErrnoException).code ?? '')) return true;
+  if (UNAVAILABLE_REPLY.test(err.message) || UNAVAILABLE_CLIENT.test(err.message)) return true;
+  const previous = (err as { previousErrors?: unknown[] }).previousErrors;
+  return /^EXECABORT /.test(err.message) && Array.isArray(previous) && previous.length > 0 && previous.every(isRedisUnavailable);
 }
 
 /** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */

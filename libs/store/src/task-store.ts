@@ -161,10 +161,14 @@ export class TaskStore {
       .hgetall(k.meta)
       .hgetall(k.roster)
       .exec()
-      .then((r) => (r ?? []).map(([err, v]) => {
-        if (err) throw err;
-        return v as Record<string, string>;
-      }));
+      .then((r) => {
+        // No reply at all is a discarded transaction, not a missing task: "not found" is only what Redis answered.
+        if (!r) throw new Error(`reading task ${taskId}: the transaction was discarded`);
+        return r.map(([err, v]) => {
+          if (err) throw err;
+          return v as Record<string, string>;
+        });
+      });
     if (!meta || !meta.task_id) return null;
     return toTaskRecord(meta, roster ?? {});
   }

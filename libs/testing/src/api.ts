@@ -38,10 +38,13 @@ export async function pollUntilTerminal(baseUrl: string, taskId: string, timeout
   let after = 0;
   while (Date.now() < deadline) {
     const { status, body } = await api.get<{ events: TeamEvent[]; next_after_seq: number }>(`/api/tasks/${taskId}/events?after_seq=${after}&limit=1000`);
-    if (status !== 200) throw new Error(`events: HTTP ${status} ${JSON.stringify(body)}`);
-    events.push(...body.events);
-    after = body.next_after_seq;
-    if (events.some((e) => e.event_type.startsWith('task_') && e.event_type !== 'task_queued')) return events;
+    // 503: the store is unavailable for the moment (Redis failing over); a client asks again, as here.
+    if (status !== 200 && status !== 503) throw new Error(`events: HTTP ${status} ${JSON.stringify(body)}`);
+    if (status === 200) {
+      events.push(...body.events);
+      after = body.next_after_seq;
+      if (events.some((e) => e.event_type.startsWith('task_') && e.event_type !== 'task_queued')) return events;
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error(`task ${taskId} did not finish in ${timeoutMs} ms; events so far: ${events.map((e) => e.event_type).join(',')}`);

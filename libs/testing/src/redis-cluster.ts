@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import net from 'node:net';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
@@ -29,6 +30,12 @@ export interface TestCluster extends TestRedis {
    * pause writes until the replica has everything (see pauseUntilReplicated).
    */
   killMaster(node: EmbeddedRedis, opts?: { inSync?: boolean }): Promise<void>;
+  /**
+   * kill -9 a master after telling its replica not to take over, so its slots stay unserved: resolves once every
+   * live node reports the cluster down (CLUSTERDOWN to every command). `takeOver()` then has the replica take the
+   * slots (CLUSTER FAILOVER TAKEOVER) and resolves once the cluster is healthy again.
+   */
+  killMasterWithoutTakeover(node: EmbeddedRedis): Promise<{ takeOver(): Promise<void> }>;
   stop(): Promise<void>;
 }
 
@@ -49,6 +56,8 @@ export async function startTestCluster(): Promise<TestCluster> {
     throw new Error(`redis-cli --cluster create failed: ${(err as { stderr?: string; message: string }).stderr || (err as Error).message}`, { cause: err });
   }
   const seeds = addresses.join(',');
+  /** The ports of killed nodes, kept (see killNode). */
+  const held: net.Server[] = [];
   const cluster: TestCluster = {
     nodes,
     seeds,
@@ -89,7 +98,7 @@ export async function startTestCluster(): Promise<TestCluster> {
     async killMaster(node, opts = {}) {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
       if (opts.inSync) await pauseUntilReplicated(node.url, replica.url);
-      killNode(node);
+      await killNode(node, held);
       const conn = new Redis(replica.url, { maxRetriesPerRequest: 1 });
       try {
         while (!/^role:master\r?$/m.test(await conn.info('replication'))) await sleep(50);
@@ -98,7 +107,28 @@ export async function startTestCluster(): Promise<TestCluster> {
       }
       await cluster.waitHealthy();
     },
+    async killMasterWithoutTakeover(node) {
+      const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
+      await withConnection(replica, (conn) => conn.config('SET', 'cluster-replica-no-failover', 'yes'));
+      await killNode(node, held);
+      const deadline = Date.now() + 30_000;
+      while (!(await clusterDown(nodes.filter(isUp)))) {
+        if (Date.now() > deadline) throw new Error('the test cluster did not report itself down within 30 s of the kill');
+        await sleep(100);
+      }
+      return {
+        async takeOver() {
+          await withConnection(replica, async (conn) => {
+            await conn.call('CLUSTER', 'FAILOVER', 'TAKEOVER');
+            await conn.config('SET', 'cluster-replica-no-failover', 'no');
+            while (!/^role:master\r?$/m.test(await conn.info('replication'))) await sleep(50);
+          });
+          await cluster.waitHealthy();
+        },
+      };
+    },
     async stop() {
+      for (const holder of held) holder.close();
       await Promise.all(nodes.map((n) => n.stop()));
     },
   };
@@ -119,12 +149,44 @@ async function replicaOf(candidates: EmbeddedRedis[], masterPort: number): Promi
   throw new Error(`no replica of the master on port ${masterPort}`);
 }
 
+async function withConnection<T>(node: EmbeddedRedis, use: (conn: Redis) => Promise<T>): Promise<T> {
+  const conn = new Redis(node.url, { maxRetriesPerRequest: 1 });
+  try {
+    return await use(conn);
+  } finally {
+    conn.disconnect();
+  }
+}
+
+/** Whether every one of `live` reports `cluster_state:fail`. */
+async function clusterDown(live: EmbeddedRedis[]): Promise<boolean> {
+  const states = await Promise.all(live.map((node) => withConnection(node, async (conn) => (await conn.call('CLUSTER', 'INFO')) as string)));
+  return states.every((info) => /^cluster_state:fail\r?$/m.test(info));
+}
+
 const killed = new WeakSet<EmbeddedRedis>();
 
-/** kill -9 a node of a test cluster (it stays down). */
-function killNode(node: EmbeddedRedis): void {
+/**
+ * kill -9 a node of a test cluster (it stays down), and keep its port: connections to it are closed at once, as
+ * to a dead host. Left free, the port could be taken by a redis-server of another test running beside this one
+ * (seen on shared runners), and a client still trying the dead node's address would get that server's answers —
+ * "no such key" — instead of a failed connection.
+ */
+async function killNode(node: EmbeddedRedis, held: net.Server[]): Promise<void> {
   killed.add(node);
   node.kill('SIGKILL');
+  const holder = net.createServer((socket) => socket.destroy());
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const bound = await new Promise<boolean>((resolve) => {
+      holder.once('error', () => resolve(false));
+      holder.listen(node.port, '127.0.0.1', () => resolve(true));
+    });
+    if (bound) break;
+    if (Date.now() > deadline) throw new Error(`port ${node.port} was not released within 10 s of the kill`);
+    await sleep(10);
+  }
+  held.push(holder);
 }
 
 const isUp = (node: EmbeddedRedis): boolean => !killed.has(node);

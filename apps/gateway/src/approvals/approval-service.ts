@@ -91,7 +91,7 @@ export class ApprovalService {
   async get(principal: Principal, approvalId: string): Promise<ApprovalView> {
     const sessionId = sessionOfApproval(approvalId);
     if (sessionId) {
-      const found = (await this.deps.sessions.approvals(principal, sessionId).catch(() => [])).find((a) => a.approval_id === approvalId);
+      const found = (await this.deps.sessions.approvals(principal, sessionId).catch(noSession)).find((a) => a.approval_id === approvalId);
       if (!found) throw new ApiError('not_found', `approval ${approvalId} not found`);
       return found;
     }
@@ -122,7 +122,7 @@ export class ApprovalService {
     let all: ApprovalView[];
     if (q.session_id !== undefined) {
       // A session's approvals of its current turn (earlier turns' are in its log).
-      all = await this.deps.sessions.approvals(principal, q.session_id).catch(() => []);
+      all = await this.deps.sessions.approvals(principal, q.session_id).catch(noSession);
     } else if (q.run_id !== undefined) {
       all = await this.runApprovalsOf([q.run_id]);
     } else if (q.task_id !== undefined) {
@@ -251,4 +251,13 @@ export class ApprovalService {
   private async wake(record: ApprovalRecord): Promise<void> {
     await this.deps.queue.wakeWorker(record.task_id, record.worker_id);
   }
+}
+
+/**
+ * A session the engine refuses to show (gone, another workspace's, not a session id) has no approvals to show; any
+ * other failure (Redis failing over) is not an empty answer, and goes out as it is (503).
+ */
+function noSession(err: unknown): SessionApprovalView[] {
+  if (err instanceof SessionEngineError) return [];
+  throw err;
 }

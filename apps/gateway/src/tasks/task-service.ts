@@ -96,6 +96,9 @@ export class TaskService {
     const taskId = taskIdFrom(rawTaskId);
     const notFound = new ApiError('not_found', `task ${taskId} not found`);
     const page = await this.deps.store.readEvents(taskId, afterSeq, limit).catch(async (err: unknown) => {
+      // Only the store's own refusals (a cursor error) say anything about the task; any other failure (Redis failing
+      // over) says nothing, and goes out as it is (503), never as "not found".
+      if (!(err instanceof StoreError)) throw err;
       // A cursor error must not tell another workspace's key that the task exists.
       const workspace = await this.deps.store.workspaceOf(taskId);
       throw workspace && canAccess(principal, workspace) ? err : notFound;
