@@ -1,7 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { grpcClient, httpClient, pollUntilTerminal, runsCall, waitUntil, watchTeam } from '@cadre/testing';
+import WebSocket from 'ws';
+import { TEST_API_KEY, grpcClient, httpClient, pollUntilTerminal, runsCall, waitUntil, watchTeam } from '@cadre/testing';
+import { createTaskNeedingApprovals } from './support/approvals.ts';
 import { Scrape } from './support/prometheus.ts';
+import { SessionStream } from './support/session-client.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
 // Every process kind serves /metrics (the worker and the vm-agent on ports of their own); a task and a run move
@@ -106,7 +109,7 @@ describe('metrics', () => {
     expect(moved('vm', 'cadre_tool_calls_total', { tool: 'shell', outcome: 'ok' })).toBe(1);
   });
 
-  it('count a session turn\'s model calls (a client tool round trip) on the worker like a team agent\'s', async () => {
+  it('count a session turn (a client tool round trip): its model calls like a team agent\'s, the parked turn and its wait, its outcome and duration', async () => {
     const api = httpClient(stack.url);
     const start = await Scrape.of(workerMetrics);
     const gatewayStart = await Scrape.of(`${stack.url}/metrics`);
@@ -127,9 +130,12 @@ describe('metrics', () => {
     };
     expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Where am I? [[scripted:call=get_location({})]]' })).status).toBe(202);
     const request = await eventsUntil('tool_request');
+    // Parked on the client's answer: the gateway counts it from Redis (the worker slot is free).
+    await waitUntil('the parked turn to show', async () => (await Scrape.of(`${stack.url}/metrics`)).value('cadre_sessions_parked') === 1);
     expect((await api.post(`/api/sessions/${id}/tool-results`, { tool_call_id: request.payload.tool_call_id, success: true, result: 'Oslo' })).status).toBe(200);
     const done = await eventsUntil('turn_complete');
     expect(done.payload.stop_reason).toBe('end_turn');
+    expect((await Scrape.of(`${stack.url}/metrics`)).value('cadre_sessions_parked')).toBe(0);
 
     // The call is counted before its answer is committed, so the turn_complete event means both are in.
     const end = await Scrape.of(workerMetrics);
@@ -138,6 +144,10 @@ describe('metrics', () => {
     expect(moved('cadre_model_request_duration_seconds_count', { model: 'cadre-scripted' })).toBe(2);
     expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'input' })).toBeGreaterThan(0);
     expect(moved('cadre_model_tokens_total', { model: 'cadre-scripted', type: 'output' })).toBeGreaterThan(0);
+    // One turn, ended by the loop (end_turn), parked once; the gateway ended none.
+    expect(moved('cadre_session_turns_total', { outcome: 'end_turn' })).toBe(1);
+    expect(moved('cadre_session_turn_duration_seconds_count')).toBe(1);
+    expect(moved('cadre_session_park_duration_seconds_count')).toBe(1);
     expect(end.text).not.toContain(id);
 
     // The session's log: the client's message and tool result appended by the gateway, the turn's events by the
@@ -151,6 +161,92 @@ describe('metrics', () => {
     expect(byGateway).toBeGreaterThan(0);
     expect(byWorker).toBeGreaterThan(0);
     expect(byGateway + byWorker).toBe(length);
+
+    // A turn a client cancels ends on the gateway, which counts it.
+    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time [[scripted:delay=30000]]' })).status).toBe(202);
+    expect((await api.post(`/api/sessions/${id}/cancel`, { reason: 'enough' })).status).toBe(200);
+    const gatewayEnd = await Scrape.of(`${stack.url}/metrics`);
+    expect(gatewayEnd.value('cadre_session_turns_total', { outcome: 'cancelled' }) - gatewayStart.value('cadre_session_turns_total', { outcome: 'cancelled' })).toBe(1);
+  });
+
+  it('count open session connections by protocol: roz StreamSession, WindieOS /ws, a session\'s SSE stream', async () => {
+    const url = `${stack.url}/metrics`;
+    const open = async (protocol: string) => (await Scrape.of(url)).value('cadre_sessions_open', { protocol });
+    const created = await httpClient(stack.url).post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'metrics' });
+    const sse = new AbortController();
+    const follow = await fetch(`${stack.url}/api/sessions/${created.body.session.session_id}/stream`, { headers: { authorization: `Bearer ${TEST_API_KEY}` }, signal: sse.signal });
+    expect(follow.status).toBe(200);
+    const client = grpcClient(stack.grpcTarget);
+    const roz = new SessionStream(client);
+    const ws = new WebSocket(`${stack.url.replace('http', 'ws')}/ws`, { headers: { authorization: `Bearer ${TEST_API_KEY}` } });
+    await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+    await waitUntil('each connection to count', async () => (await open('sse')) === 1 && (await open('roz')) === 1 && (await open('ws')) === 1);
+    expect(await open('kontekst')).toBe(0);
+
+    sse.abort();
+    roz.cancel();
+    ws.close();
+    await waitUntil('each close to count', async () => (await open('sse')) === 0 && (await open('roz')) === 0 && (await open('ws')) === 0);
+    client.close();
+  });
+
+  it('count approvals pending by owner kind (cluster-wide, from Redis) and each decision once with its wait', async () => {
+    const WS = 'metrics-appr';
+    const api = httpClient(stack.url);
+    const gateway = () => Scrape.of(`${stack.url}/metrics`);
+    const start = { gateway: await gateway(), worker: await Scrape.of(workerMetrics) };
+    await stack.spawnVmAgent(WS, 'vm-appr');
+    expect((await api.request('PUT', `/api/workspaces/${WS}/approval-policy`, { rules: [{ tool: 'shell', action: 'ask', reason: 'a shell on the VM' }] })).status).toBe(200);
+    const pendingIn = (filter: string, count = 1) => waitUntil(`${count} pending approval(s) of ${filter}`, async () => {
+      const found = (await api.get<{ approvals: { approval_id: string }[] }>(`/api/approvals?workspace_id=${WS}&${filter}&status=pending`)).body.approvals;
+      return found.length === count && found.map((a) => a.approval_id);
+    });
+    const askingSession = async (timeoutSecs: number) => {
+      const created = await api.post<{ session: { session_id: string } }>('/api/sessions', {
+        workspace_id: WS, approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths', timeout_secs: timeoutSecs }] },
+      });
+      const id = created.body.session.session_id;
+      expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Add [[scripted:call=calculate({"expression":"1+1"})]]' })).status).toBe(202);
+      return id;
+    };
+
+    // Two team workers, one session turn and one VM run each wait on a decision.
+    const taskIds = [await createTaskNeedingApprovals(stack.url, WS, ['left', 'right'])];
+    const sessionId = await askingSession(600);
+    const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: WS, query: 'Echo [[scripted:call=shell({"command":"echo x"})]]' });
+    const runId = run.body.run.run_id as string;
+    const taskAsks = await pendingIn(`task_id=${taskIds[0]}`, 2);
+    const [sessionAsk] = await pendingIn(`session_id=${sessionId}`);
+    const [runAsk] = await pendingIn(`run_id=${runId}`);
+    const pending = await gateway();
+    expect(pending.value('cadre_approvals_pending', { kind: 'task' })).toBe(2);
+    expect(pending.value('cadre_approvals_pending', { kind: 'session' })).toBe(1);
+    expect(pending.value('cadre_approvals_pending', { kind: 'run' })).toBe(1);
+
+    // Decided over HTTP: three approved, one denied; a second decision (409) is not counted again.
+    const decide = (id: string, approved: boolean) => api.post(`/api/approvals/${id}/decision`, { approved });
+    for (const id of [taskAsks[0]!, sessionAsk!, runAsk!]) expect((await decide(id, true)).status).toBe(200);
+    expect((await decide(taskAsks[1]!, false)).status).toBe(200);
+    expect((await decide(taskAsks[1]!, true)).status).toBe(409);
+    // A cancelled task cancels its worker's approval; a session's approval past its deadline expires on the worker.
+    taskIds.push(await createTaskNeedingApprovals(stack.url, WS, ['doomed']));
+    await pendingIn(`task_id=${taskIds[1]}`);
+    expect((await api.post(`/api/tasks/${taskIds[1]}/cancel`, {})).status).toBe(200);
+    const expiring = await askingSession(1);
+    await waitUntil('the worker to expire the session\'s approval', async () => (await Scrape.of(workerMetrics)).value('cadre_approval_decisions_total', { outcome: 'expired' }) > start.worker.value('cadre_approval_decisions_total', { outcome: 'expired' }));
+
+    const end = { gateway: await gateway(), worker: await Scrape.of(workerMetrics) };
+    const moved = (proc: 'gateway' | 'worker', name: string, labels: Record<string, string>) => end[proc].value(name, labels) - start[proc].value(name, labels);
+    for (const kind of ['task', 'session', 'run']) expect(end.gateway.value('cadre_approvals_pending', { kind })).toBe(0);
+    expect(moved('gateway', 'cadre_approval_decisions_total', { outcome: 'approved' })).toBe(3);
+    expect(moved('gateway', 'cadre_approval_decisions_total', { outcome: 'denied' })).toBe(1);
+    expect(moved('gateway', 'cadre_approval_decisions_total', { outcome: 'cancelled' })).toBe(1);
+    expect(moved('worker', 'cadre_approval_decisions_total', { outcome: 'expired' })).toBe(1);
+    expect(moved('gateway', 'cadre_approval_wait_seconds_count', { outcome: 'approved' })).toBe(3);
+    expect(moved('worker', 'cadre_approval_wait_seconds_count', { outcome: 'expired' })).toBe(1);
+    // The expired approval waited (at least) its whole second.
+    expect(moved('worker', 'cadre_approval_wait_seconds_sum', { outcome: 'expired' })).toBeGreaterThanOrEqual(1);
+    for (const id of [...taskIds, sessionId, expiring, runId]) expect(end.gateway.text + end.worker.text).not.toContain(id);
   });
 
   it('never carry a task or run id in a label', () => {

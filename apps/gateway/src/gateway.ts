@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
-import { bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, type Logger } from '@cadre/observability';
+import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnCounter, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
@@ -64,19 +64,24 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   await fanout.start();
 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
-  const approvalStore = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  // Operators' decisions and the cancels of tasks, turns and sessions are decided here; deadlines on the worker.
+  const onApprovalDecided = approvalMetrics(metrics);
+  const approvalStore = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: onApprovalDecided });
   const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
-    workerTtlMs: config.runsWorkerTtlMs, maxAttempts: config.runsMaxAttempts,
+    workerTtlMs: config.runsWorkerTtlMs, maxAttempts: config.runsMaxAttempts, onDecided: onApprovalDecided,
   });
   const runs = new RunService({
     store: runStore, fanout, tasks, logger, maxActivePerWorkspace: config.runsMaxActivePerWorkspace, heartbeatIntervalMs: config.runsHeartbeatIntervalMs,
   });
   const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
+  const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvalStore });
+  const countTurn = sessionTurnCounter(metrics);
   const sessions = new SessionEngine({
-    store: new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvalStore }),
+    store: sessionStore,
+    turns: { turnEnded: ({ outcome }) => countTurn(outcome) },
     queue: sessionQueue,
     fanout,
     defaultModel: config.model,
@@ -91,7 +96,22 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
-  const sessionStreams = new Gauge({ name: 'cadre_session_streams', help: 'Open StreamSession calls', registers: [metrics] });
+  const sessionsOpen = new Gauge({
+    name: 'cadre_sessions_open', help: 'Open session connections on this gateway by protocol: roz (StreamSession), kontekst (Run), ws (WindieOS /ws), sse (a session\'s event stream, as the board and cadre rpc follow it)',
+    labelNames: ['protocol'], registers: [metrics], collect() { this.set({ protocol: 'sse' }, sse.count('session')); },
+  });
+  const sessionConnections = (protocol: 'roz' | 'kontekst' | 'ws') => {
+    sessionsOpen.set({ protocol }, 0);
+    return { onOpen: () => sessionsOpen.inc({ protocol }), onClose: () => sessionsOpen.dec({ protocol }) };
+  };
+  new Gauge({
+    name: 'cadre_sessions_parked', help: 'Session turns parked, waiting on client tools or approvals (cluster-wide)', registers: [metrics],
+    async collect() { this.set(await sessionStore.parkedCount()); },
+  });
+  new Gauge({
+    name: 'cadre_approvals_pending', help: 'Approvals waiting for a decision, by owner kind (task, session, run; cluster-wide)', labelNames: ['kind'], registers: [metrics],
+    async collect() { for (const [kind, n] of Object.entries(await approvalStore.pendingCounts())) this.set({ kind }, n); },
+  });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
   // Task creations, run relays and control, session inputs, approvals: every store here appends through `redis`.
@@ -134,6 +154,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     models: sessions.models(),
     adminQueues: queue.adminQueues(),
     checkResponses: opts.checkResponses,
+    wsSockets: sessionConnections('ws'),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.
     isReady: async () => !draining && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',
@@ -142,9 +163,9 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const grpc = createGrpcServer({
     services: [agentService({
       auth, tasks, logger, onWatchStart: () => grpcWatchers.inc(), onWatchEnd: () => grpcWatchers.dec(),
-      session: { sessions, keepaliveMs: config.sessionKeepaliveMs, onOpen: () => sessionStreams.inc(), onClose: () => sessionStreams.dec() },
+      session: { sessions, keepaliveMs: config.sessionKeepaliveMs, ...sessionConnections('roz') },
     }), kontekstAgentService({
-      auth, sessions, logger, approvalTimeoutSecs: config.kontekstApprovalTimeoutSecs, onOpen: () => sessionStreams.inc(), onClose: () => sessionStreams.dec(),
+      auth, sessions, logger, approvalTimeoutSecs: config.kontekstApprovalTimeoutSecs, ...sessionConnections('kontekst'),
     }), daemonService({
       auth, runsAuth, startedAt, bind: () => `${config.host}:${listener.port}`, modelEndpoint: publicEndpoint(config.openaiBaseUrl), dataDir: config.dataDir,
       requestShutdown: () => {

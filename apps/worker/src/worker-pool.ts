@@ -1,7 +1,7 @@
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
-import { agentMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, type Logger } from '@cadre/observability';
+import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
@@ -29,13 +29,14 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
-  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
+  const metrics = createMetricsRegistry('worker');
+  // The worker decides approvals at their deadlines (team workers' and sessions'): those decisions count here.
+  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: approvalMetrics(metrics) });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvals });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const cancels = new CancelRegistry((taskId) => store.hasEnded(taskId));
   await cancels.listen({ subscriber, channel: keys.cancelChannel() });
 
-  const metrics = createMetricsRegistry('worker');
   const jobSeconds = new Histogram({ name: 'cadre_agent_job_seconds', help: 'Agent job durations', labelNames: ['outcome'], registers: [metrics], buckets: [0.05, 0.1, 0.5, 1, 5, 15, 60, 300] });
   const lostJobs = new Counter({ name: 'cadre_agent_jobs_lost_total', help: 'Agent jobs failed after losing their worker too often', registers: [metrics] });
   // The agents' task and session events: every store here appends through `redis`.
@@ -47,6 +48,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   // Team agents and session turns report model calls to one observer: one set of per-model series.
   const agentObserver = agentMetrics(metrics);
+  const sessionTurns = sessionTurnMetrics(metrics);
   const processor = new AgentJobProcessor({
     store,
     approvals,
@@ -70,6 +72,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       watchSteering: (sessionId, onSteer) => cancels.watchSteering(sessionId, onSteer),
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
       observer: agentObserver,
+      turns: sessionTurns,
     }),
     cancels,
     store: sessionStore,
@@ -107,7 +110,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     if (job.name === SESSION_TURN_JOB) {
       const { sessionId, wake } = job.data as SessionTurnJobData;
       const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times`, retryable: true };
-      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).catch(() => undefined);
+      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).then((ended) => ended && sessionTurns.turnEnded({ outcome: 'error' }), () => undefined);
       return;
     }
     const { taskId, workerId } = job.data as AgentJobData;

@@ -111,3 +111,58 @@ export function agentMetrics(registry: Registry) {
     },
   };
 }
+
+/** Approval outcomes (a decision's status). Each series exists from the start, at 0, so rates see the first one. */
+const APPROVAL_OUTCOMES = ['approved', 'denied', 'expired', 'cancelled'] as const;
+
+/**
+ * Approval decisions made in this process (gateway: operators' decisions and cancels; worker: deadlines), each
+ * counted once, and how long each waited (request → decision). The returned function is the stores' `onDecided`.
+ */
+export function approvalMetrics(registry: Registry): (records: readonly { status: string; created_at: number; decided_at?: number }[]) => void {
+  const decisions = new Counter({ name: 'cadre_approval_decisions_total', help: 'Approvals decided by this process, by outcome (approved, denied, expired, cancelled)', labelNames: ['outcome'], registers: [registry] });
+  const wait = new Histogram({ name: 'cadre_approval_wait_seconds', help: 'Time from an approval\'s request to its decision, by outcome', labelNames: ['outcome'], buckets: [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600], registers: [registry] });
+  for (const outcome of APPROVAL_OUTCOMES) {
+    decisions.inc({ outcome }, 0);
+    wait.zero({ outcome });
+  }
+  return (records) => {
+    for (const r of records) {
+      const outcome = (APPROVAL_OUTCOMES as readonly string[]).includes(r.status) ? r.status : 'other';
+      decisions.inc({ outcome });
+      if (r.decided_at) wait.observe({ outcome }, Math.max(0, r.decided_at - r.created_at) / 1000);
+    }
+  };
+}
+
+/** How a session turn ended (turn_complete's stop reason); a model's rarer finish reasons count as `other`. */
+const TURN_OUTCOMES = ['end_turn', 'max_tokens', 'max_turns', 'denied', 'error', 'cancelled'] as const;
+
+/** `cadre_session_turns_total`: on the worker for turns its loops end, on the gateway for turns a client cancels. */
+export function sessionTurnCounter(registry: Registry): (outcome: string) => void {
+  const turns = new Counter({ name: 'cadre_session_turns_total', help: 'Session turns ended by this process, by outcome (the turn_complete stop reason: end_turn, max_tokens, max_turns, denied, error, cancelled, other)', labelNames: ['outcome'], registers: [registry] });
+  for (const outcome of TURN_OUTCOMES) turns.inc({ outcome }, 0);
+  return (outcome) => turns.inc({ outcome: (TURN_OUTCOMES as readonly string[]).includes(outcome) ? outcome : 'other' });
+}
+
+/** Session turn durations span model calls and waits for clients and approvals: from a second to an hour. */
+const TURN_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600];
+
+/**
+ * The worker's session turn metrics: turns ended by its loops (outcome, duration from the turn's start, parked
+ * waits included) and each parked turn's wait (park → the continuation's claim). The TurnRunner's `turns` observer.
+ */
+export function sessionTurnMetrics(registry: Registry) {
+  const count = sessionTurnCounter(registry);
+  const seconds = new Histogram({ name: 'cadre_session_turn_duration_seconds', help: 'Session turn duration: user message → turn_complete, waits for clients and approvals included', buckets: TURN_BUCKETS, registers: [registry] });
+  const parked = new Histogram({ name: 'cadre_session_park_duration_seconds', help: 'How long a parked session turn waited: its park → the continuation job\'s claim on a worker', buckets: TURN_BUCKETS, registers: [registry] });
+  return {
+    turnEnded(turn: { outcome: string; seconds?: number }): void {
+      count(turn.outcome);
+      if (turn.seconds !== undefined) seconds.observe(turn.seconds);
+    },
+    resumed(resume: { parkedSeconds: number }): void {
+      parked.observe(resume.parkedSeconds);
+    },
+  };
+}

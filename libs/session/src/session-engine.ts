@@ -7,6 +7,7 @@ import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import type { TranscriptMessage } from './transcript.ts';
+import type { TurnObserver } from './turn-runner.ts';
 import { checkText, clientTools, imageUrls, type ImageInput, type ToolInput } from './validate.ts';
 
 /** Which workspaces the caller may touch: the gateway's authenticated principal has this shape. */
@@ -69,6 +70,8 @@ export interface SessionEngineDeps {
   /** Models a session may switch to (setModel); the default model is always one. */
   models?: string[];
   defaultMaxContextTokens?: number;
+  /** Hears of every turn a cancel or abort ends here (outcome `cancelled`): the gateway's session metrics. */
+  turns?: Pick<TurnObserver, 'turnEnded'>;
 }
 
 const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -172,6 +175,7 @@ export class SessionEngine {
     const result = await this.wake(
       sessionId, () => this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined)), (r) => r.wake,
     );
+    if (result.aborted) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
     return { aborted: result.aborted, dropped: result.dropped, message_id: messageId };
   }
 
@@ -338,7 +342,9 @@ export class SessionEngine {
   async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
     checkText(reason, L.reason, 'reason');
     await this.access(scope, sessionId);
-    return this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
+    const cancelled = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
+    if (cancelled) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
+    return cancelled;
   }
 
   async close(scope: Scope, sessionId: string, reason: string): Promise<SessionRecord> {

@@ -29,6 +29,14 @@ export interface TurnRunnerDeps {
   workspaceRules?: (workspaceId: string) => Promise<ApprovalRule[]>;
   /** Hears of every model call (model, outcome, latency, tokens): the worker's metrics, as for team agents. */
   observer?: AgentObserver;
+  /** Hears of every turn this runner ends and every parked turn it resumes: the worker's session metrics. */
+  turns?: TurnObserver;
+}
+
+/** A session turn's end (its stop reason; seconds since the user message, when known) and a parked turn's resume. */
+export interface TurnObserver {
+  turnEnded(turn: { outcome: string; seconds?: number }): void;
+  resumed(resume: { parkedSeconds: number }): void;
 }
 
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
@@ -44,21 +52,24 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'observer'>>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'observer' | 'turns'>>;
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
   private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
   private readonly observer: TurnRunnerDeps['observer'];
+  private readonly turns: TurnRunnerDeps['turns'];
 
   constructor(deps: TurnRunnerDeps) {
     this.deps = { maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
     this.watchSteering = deps.watchSteering;
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
     this.observer = deps.observer;
+    this.turns = deps.turns;
   }
 
   /** Takes the turn for this job run (lease = its lock token): the attempt number, or null when there is nothing to run. */
   async claim(sessionId: string, wake: number, lease: string): Promise<number | null> {
     const claim = await this.deps.store.claimTurn(sessionId, wake, lease, this.deps.hostId);
+    if (claim.parkedAt !== undefined) this.turns?.resumed({ parkedSeconds: Math.max(0, Date.now() - claim.parkedAt) / 1000 });
     return claim.kind === 'stale' ? null : claim.attempt;
   }
 
@@ -320,7 +331,9 @@ export class TurnRunner {
     const commit: TurnCommit = { messages, fields: { turn_usage: JSON.stringify(usage) }, events };
     const { store, queue } = this.deps;
     const end = await changeAndEnqueue(store, queue, state.session_id, () => store.finishTurn(state.session_id, lease, commit, stopReason), (e) => (e.kind === 'ended' ? e.next : 0));
-    return end.kind === 'ended';
+    if (end.kind !== 'ended') return false;
+    this.turns?.turnEnded({ outcome: stopReason, ...(state.turn_started_at > 0 && { seconds: Math.max(0, Date.now() - state.turn_started_at) / 1000 }) });
+    return true;
   }
 
   /**

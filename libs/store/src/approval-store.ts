@@ -49,9 +49,6 @@ export interface ApprovalInboxEvent {
   payload: ApprovalRecord;
 }
 
-/** Entries kept per workspace inbox log; a Last-Event-ID older than that is answered 410. */
-const INBOX_MAX_ENTRIES = 10_000;
-
 /** The inbox's stable order (oldest first, then by id) and its opaque cursor: the last record a page held. */
 /** What the inbox orders by: when asked, then whose (task or session), then the call's place in its turn. */
 export interface ApprovalPosition {
@@ -124,6 +121,13 @@ export function sessionOfApproval(approvalId: string): string | null {
   return m ? m[1]! : null;
 }
 
+/** Whose approval it is: a team task's worker, a session's turn or a VM run (the id says which). */
+export type ApprovalOwnerKind = 'task' | 'session' | 'run';
+export const APPROVAL_OWNER_KINDS: readonly ApprovalOwnerKind[] = ['task', 'session', 'run'];
+
+/** Hears of approvals decided (approved, denied, expired or cancelled), each once: metrics. */
+export type ApprovalsDecided = (records: readonly ApprovalRecord[]) => void;
+
 /** Approval records, parked workers and workspace policies; every write is one Lua script. */
 export class ApprovalStore {
   readonly keys: KeyBuilder;
@@ -131,13 +135,15 @@ export class ApprovalStore {
   private readonly scripts: StoreScripts;
   private readonly maxEvents: number;
   private readonly retentionSec: number;
+  private readonly onDecided: ApprovalsDecided | undefined;
 
-  constructor(opts: { redis: RedisClient; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number }) {
+  constructor(opts: { redis: RedisClient; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number; onDecided?: ApprovalsDecided }) {
     this.redis = opts.redis;
     this.keys = opts.keys ?? new KeyBuilder();
     this.scripts = scriptsOf(opts.redis);
     this.maxEvents = opts.maxEventsPerTask ?? 100_000;
     this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
+    this.onDecided = opts.onDecided;
   }
 
   async getPolicy(workspaceId: string): Promise<ApprovalPolicy> {
@@ -229,13 +235,36 @@ export class ApprovalStore {
   }
 
   /**
-   * Tells the workspace's inbox log about transitions the owner's script just recorded (requested, decided,
-   * cancelled). Separate from that script because the inbox lives in the workspace's slot.
+   * Tells the workspace's inbox log (and its pending index) about transitions the owner's script just recorded
+   * (requested, decided, cancelled). Separate from that script because the inbox lives in the workspace's slot.
+   * A decision the index took out now is reported to `onDecided` (a repeated announcement is not).
    */
   async announce(workspaceId: string, type: ApprovalInboxEvent['event_type'], records: readonly ApprovalRecord[]): Promise<void> {
     if (records.length === 0) return;
     const inbox = this.keys.approvalInbox(workspaceId);
-    await this.scripts.appendInbox(inbox.meta, inbox.events, INBOX_MAX_ENTRIES, this.keys.runsAppended(workspaceId), `approvals:${workspaceId}`, JSON.stringify(records.map((r) => [type, JSON.stringify(r)])));
+    const [[, decided]] = await Promise.all([
+      this.scripts.appendInbox(inbox.meta, inbox.events, this.keys.runsAppended(workspaceId), JSON.stringify(records.map((r) => [type, JSON.stringify(r)]))),
+      // The scrape finds the pending index through the workspaces set (tasks and runs add theirs; a session's here).
+      type === 'approval_requested' ? this.redis.sadd(this.keys.workspaces(), workspaceId) : undefined,
+    ]);
+    const counted = new Set(decided);
+    if (this.onDecided && counted.size > 0) this.onDecided(records.filter((r) => counted.has(r.approval_id)));
+  }
+
+  /**
+   * Approvals waiting for a decision now, by owner kind, across the cluster: one ZCOUNT per workspace and kind of
+   * the pending index (approval-inbox.lua), from now on (one past its deadline is not waiting any more).
+   */
+  async pendingCounts(): Promise<Record<ApprovalOwnerKind, number>> {
+    const now = Date.now();
+    const workspaces = await this.redis.smembers(this.keys.workspaces());
+    const counts = await Promise.all(workspaces.flatMap((ws) => {
+      const pending = this.keys.approvalsPending(ws);
+      return APPROVAL_OWNER_KINDS.map(async (kind) => [kind, await this.redis.zcount(pending[kind], now, '+inf')] as const);
+    }));
+    const total: Record<ApprovalOwnerKind, number> = { task: 0, session: 0, run: 0 };
+    for (const [kind, n] of counts) total[kind] += n;
+    return total;
   }
 
   async readInbox(workspaceId: string, afterSeq: number, limit: number): Promise<ApprovalInboxEvent[]> {

@@ -13,4 +13,4 @@ export * from './session-types.ts';
 export { ApprovalStore, evaluatePolicy, globMatches, newApprovalId, taskOfApproval, newSessionApprovalId, sessionOfApproval, DEFAULT_APPROVAL_TIMEOUT_SECS, type ApprovalRecord, type ApprovalRule, type ApprovalPolicy, type ParkedState, type PolicyVerdict } from './approval-store.ts';
 export { approvalGrant, canonicalJson, policyProblem, DEFAULT_APPROVAL_RULES, type ArgumentMatch } from './approval-policy.ts';
 export { compareApprovals, decodeApprovalCursor, encodeApprovalCursor, type ApprovalInboxEvent } from './approval-store.ts';
-export { newRunApprovalId, runOfApproval } from './approval-store.ts';
+export { newRunApprovalId, runOfApproval, APPROVAL_OWNER_KINDS, type ApprovalOwnerKind, type ApprovalsDecided } from './approval-store.ts';

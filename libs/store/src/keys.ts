@@ -26,8 +26,13 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{w:<ws>}:approval-policy  string: the workspace's approval rules (JSON)
  *   <prefix>:{w:<ws>}:approvals:meta|events  the workspace's approvals inbox log (hash with `seq`, stream
  *                              `<seq>-0`): approval_requested / approval_decided with the record (SSE inbox)
+ *   <prefix>:{w:<ws>}:approvals:pending:task|session|run  zset: pending approval id → its deadline (ms), kept
+ *                              with the inbox (lua/includes/approval-inbox.lua); cadre_approvals_pending counts it
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
- *   <prefix>:workspaces        set: workspaces that have had runs or tasks (for the lease sweeper and stop-all)
+ *   <prefix>:workspaces        set: workspaces that have had runs, tasks or approvals (lease sweeper, stop-all,
+ *                              the pending-approvals gauge)
+ *   <prefix>:sessions:parked   sorted set: session id → ms its turn parked (waiting on clients or approvals);
+ *                              cadre_sessions_parked counts it, a continuation's claim takes the session out
  *
  * Sessions live under their own tag `{s:<sessionId>}`:
  *   <prefix>:{s:<id>}:meta        hash: session fields, `seq`, `status`, `lease`, `wake` (see lua/includes/session-log.lua)
@@ -48,7 +53,7 @@ import { createHash } from 'node:crypto';
  * `<prefix>:cancel` (classic pub/sub, message `<taskId|sessionId>`, cluster-wide) reaches running agent loops.
  *
  * On Redis Cluster: every key of a task, session or workspace carries its hash tag, so each script and MULTI is
- * on one slot. The few global keys (`stats:tasks`, `tasks:enqueueing`, `sessions:enqueueing`, `workspaces`, `runidx:{<runId>}`) are
+ * on one slot. The few global keys (`stats:tasks`, `tasks:enqueueing`, `sessions:enqueueing`, `sessions:parked`, `workspaces`, `runidx:{<runId>}`) are
  * each written by a command of their own, beside the scripts, never inside one; BullMQ's keys share the tag
  * `{<prefix>:bull}`.
  */
@@ -98,6 +103,12 @@ export class KeyBuilder {
     return { meta: `${base}:meta`, events: `${base}:events` };
   }
 
+  /** The workspace's pending approvals by owner kind (zsets approval id → deadline), as approval-inbox.lua derives them. */
+  approvalsPending(workspaceId: string): Record<'task' | 'session' | 'run', string> {
+    const base = `${this.workspace(workspaceId)}:approvals:pending`;
+    return { task: `${base}:task`, session: `${base}:session`, run: `${base}:run` };
+  }
+
   approvalPolicy(workspaceId: string): string {
     return `${this.workspace(workspaceId)}:approval-policy`;
   }
@@ -108,6 +119,10 @@ export class KeyBuilder {
 
   sessionsEnqueueing(): string {
     return `${this.prefix}:sessions:enqueueing`;
+  }
+
+  sessionsParked(): string {
+    return `${this.prefix}:sessions:parked`;
   }
 
   /** The base every run key of a workspace is derived from (in Lua as well). */

@@ -6,7 +6,7 @@ import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
-import { compareApprovals, runOfApproval, type ApprovalRecord } from './approval-store.ts';
+import { compareApprovals, runOfApproval, type ApprovalRecord, type ApprovalsDecided } from './approval-store.ts';
 import {
   TERMINAL_RUN_STATUSES,
   type AssignedRun,
@@ -31,6 +31,8 @@ export interface RunStoreOptions {
   workerTtlMs?: number;
   /** Lost workers after which a run fails. */
   maxAttempts?: number;
+  /** Hears of each approval decided here (approved, denied, expired): metrics. */
+  onDecided?: ApprovalsDecided;
 }
 
 /** What a write to one run answers, as the original: the run and the event the write appended. */
@@ -59,6 +61,7 @@ export class RunStore {
   private readonly maxEvents: number;
   readonly workerTtlMs: number;
   readonly maxAttempts: number;
+  private readonly onDecided: ApprovalsDecided | undefined;
   /** run id → workspace; immutable, so cached (bounded). */
   private readonly workspaceCache = new Map<string, string>();
   /** Leases this process's heartbeats and sweeps expired, and the runs they put back in the queue (metrics). */
@@ -75,6 +78,7 @@ export class RunStore {
     this.maxEvents = opts.maxEventsPerRun ?? 100_000;
     this.workerTtlMs = opts.workerTtlMs ?? 30_000;
     this.maxAttempts = opts.maxAttempts ?? 3;
+    this.onDecided = opts.onDecided;
   }
 
   /** KEYS of every run script: the workspace's workers hash, whose base the scripts derive the rest from. */
@@ -331,7 +335,9 @@ export class RunStore {
     const [code, raw] = await this.scripts.decideRunApproval(...this.route(ws), runId, approvalId, status, reason, decidedBy, Date.now(), this.maxEvents, this.keys.runsAppended(ws), modifier ?? '');
     if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(approvalId, (JSON.parse(raw!) as ApprovalRecord).status);
     if (code < 0) throw scriptError(code, `approval ${approvalId}`);
-    return JSON.parse(raw!) as ApprovalRecord;
+    const record = JSON.parse(raw!) as ApprovalRecord;
+    this.onDecided?.([record]);
+    return record;
   }
 
   private async requireWorkspace(runId: string): Promise<string> {

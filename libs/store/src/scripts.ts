@@ -125,7 +125,8 @@ export interface StoreScripts {
   parkWorker(...args: ScriptArg[]): Promise<number>;
   decideApproval(...args: ScriptArg[]): Promise<[number, string?, number?]>;
   setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
-  appendInbox(...args: ScriptArg[]): Promise<number>;
+  /** [last seq, ids of the approvals its decisions took out of the pending index] */
+  appendInbox(...args: ScriptArg[]): Promise<[number, string[]]>;
   askRunApprovals(...args: ScriptArg[]): Promise<number>;
   decideRunApproval(...args: ScriptArg[]): Promise<[number, string?]>;
 }

@@ -157,11 +157,33 @@ export class SessionStore {
     return status === 'running' && !lease && wake ? Number(wake) : null;
   }
 
-  /** Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. */
-  async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number }> {
+  /**
+   * Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. A
+   * continuation of a parked turn also takes it out of the parked index: `parkedAt` is when it parked (ms).
+   */
+  async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number; parkedAt?: number }> {
     const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId));
     if (code < 0) throw scriptError(code, 'claim turn');
-    return { kind: code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale', attempt };
+    const kind = code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale';
+    if (kind !== 'taken' && kind !== 'recovered') return { kind, attempt };
+    const parkedAt = await this.unpark(sessionId);
+    return { kind, attempt, ...(parkedAt !== null && { parkedAt }) };
+  }
+
+  /** Takes the session out of the parked index; returns when it parked (ms), or null when it was not in it. */
+  private async unpark(sessionId: string): Promise<number | null> {
+    const parked = this.keys.sessionsParked();
+    const replies = await this.redis.multi().zscore(parked, sessionId).zrem(parked, sessionId).exec();
+    const score = replies?.[0]?.[1] as string | null | undefined;
+    return score ? Number(score) : null;
+  }
+
+  /**
+   * Sessions whose turn is parked now, across the cluster (one ZCOUNT). An entry a lost process left behind stops
+   * counting once the session itself would have expired.
+   */
+  async parkedCount(): Promise<number> {
+    return this.redis.zcount(this.keys.sessionsParked(), Date.now() - this.idleTtlSec * 1000, '+inf');
   }
 
   /** Everything a turn step needs, in one round trip. */
@@ -185,6 +207,7 @@ export class SessionStore {
       max_context_tokens: Number(meta.max_context_tokens ?? 0),
       turn_usage: JSON.parse(meta.turn_usage ?? '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}'),
       turn_started_len: Number(meta.turn_started_len ?? 0),
+      turn_started_at: Number(meta.turn_started_at ?? 0),
       transcript: transcript.map((m) => JSON.parse(m) as object),
       calls: parseCalls(calls),
       approval_policy: JSON.parse(meta.approval_policy ?? '[]') as ApprovalRule[],
@@ -231,9 +254,20 @@ export class SessionStore {
     return seq;
   }
 
-  /** Parks the turn on its pending client calls; false when every result is already in (carry on). */
+  /**
+   * Parks the turn on its pending client calls; false when every result is already in (carry on). The parked
+   * index (cadre_sessions_parked) gets the session first, so a continuation claimed right after the park always
+   * finds it there to take out.
+   */
   async parkTurn(sessionId: string, lease: string): Promise<boolean> {
-    const code = await this.scripts.parkTurn(...this.k(sessionId), lease);
+    const now = Date.now();
+    const parked = this.keys.sessionsParked();
+    await this.redis.multi().zadd(parked, now, sessionId).zremrangebyscore(parked, '-inf', now - this.idleTtlSec * 1000).exec();
+    const code = await this.scripts.parkTurn(...this.k(sessionId), lease).catch(async (err: unknown) => {
+      await this.unpark(sessionId);
+      throw err;
+    });
+    if (code < 0 || code === 0) await this.unpark(sessionId);
     if (code < 0) throw scriptError(code, 'park turn');
     return code === 1;
   }
@@ -298,6 +332,7 @@ export class SessionStore {
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
     ));
     if (code < 0) throw scriptError(code, 'cancel turn');
+    if (code === 1) await this.unpark(sessionId);
     return code === 1;
   }
 
@@ -306,6 +341,7 @@ export class SessionStore {
       ...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
     ));
     if (code < 0) throw scriptError(code, 'close session');
+    if (code === 1) await this.unpark(sessionId);
     return code === 1 ? 'closed' : 'already';
   }
 
@@ -393,6 +429,7 @@ export class SessionStore {
       ...this.k6(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     ));
     if (code < 0) throw scriptError(code, 'abort');
+    if (code === 1) await this.unpark(sessionId);
     return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
   }
 

@@ -136,6 +136,8 @@ export interface TurnState {
   turn_usage: TokenUsage;
   /** Transcript length when the turn began (messages before it are earlier turns). */
   turn_started_len: number;
+  /** When the turn began (ms, Redis's clock; 0 for a turn begun before this was recorded). */
+  turn_started_at: number;
   transcript: object[];
   calls: ClientCall[];
   approval_policy: ApprovalRule[];

@@ -18,7 +18,7 @@ import type { Queue } from 'bullmq';
 import { findBoundsViolation, withFiniteNumbers, withSafeIntegers, type BoundsViolation } from './request-bounds.ts';
 import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
-import { windiePlugin } from '../ws/windie.plugin.ts';
+import { windiePlugin, type SocketCounter } from '../ws/windie.plugin.ts';
 import { checkResponsesAgainstHandlers } from './response-check.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
@@ -36,6 +36,8 @@ export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   adminQueues: Queue[];
   /** Tests: a JSON answer that differs from its handler's object (a response schema dropped a field) is a 500. */
   checkResponses?: boolean;
+  /** Counts open /ws sockets. */
+  wsSockets?: SocketCounter;
 }
 
 // Bodies are validated strictly (no coercion, unknown fields rejected); querystrings and params arrive as text,
@@ -106,6 +108,9 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(boardPlugin, { logLevel: 'warn' });
   app.register(sessionRoutes, { ...deps, logLevel: 'warn' });
   app.register(queueAdminPlugin, { ...deps, logLevel: 'warn' });
-  app.register(windiePlugin, { sessions: deps.sessions, auth: deps.auth, logger: deps.logger, models: deps.models, defaultWorkspace: 'windie', logLevel: 'warn' });
+  app.register(windiePlugin, {
+    sessions: deps.sessions, auth: deps.auth, logger: deps.logger, models: deps.models, defaultWorkspace: 'windie', logLevel: 'warn',
+    ...(deps.wsSockets && { sockets: deps.wsSockets }),
+  });
   return app;
 }

@@ -33,7 +33,8 @@ export function resumeCursor(request: FastifyRequest, afterSeq: number | undefin
 }
 
 export class SseSessions {
-  private readonly open = new Set<FastifyReply>();
+  /** Open streams and what each follows (a task, a session, a run, the approvals inbox), for the metrics. */
+  private readonly open = new Map<FastifyReply, string>();
   private readonly keepAliveMs: number;
   private readonly logger: Logger;
 
@@ -42,11 +43,15 @@ export class SseSessions {
     this.keepAliveMs = opts.keepAliveMs ?? 15_000;
   }
 
-  count(): number {
-    return this.open.size;
+  /** Open streams, or those that follow one kind of log. */
+  count(kind?: string): number {
+    if (kind === undefined) return this.open.size;
+    let n = 0;
+    for (const k of this.open.values()) if (k === kind) n++;
+    return n;
   }
 
-  serve<E extends LoggedEvent & { event_type: string }>(request: FastifyRequest, reply: FastifyReply, watcher: LogWatcher<E> | null): void {
+  serve<E extends LoggedEvent & { event_type: string }>(request: FastifyRequest, reply: FastifyReply, watcher: LogWatcher<E> | null, kind = 'other'): void {
     // The reader already has everything (it resumed after the last event): 204 is what tells EventSource to stop
     // reconnecting; a 200 that ends at once would make it come back every second for ever.
     if (!watcher) return void reply.status(204).send();
@@ -59,7 +64,7 @@ export class SseSessions {
       'x-accel-buffering': 'no',
     });
     res.write('retry: 1000\n\n');
-    this.open.add(reply);
+    this.open.set(reply, kind);
     const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), this.keepAliveMs);
     const stop = (): void => void watcher.return();
     request.raw.once('close', stop);

@@ -20,7 +20,7 @@ local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
 local turn = redis.call('HINCRBY', metaKey, 'turn', 1)
 redis.call('HSET', metaKey, 'status', 'running', 'message_id', ARGV[2], 'lease', '', 'attempt', 0,
   'turn_usage', '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}', 'turn_tools', ARGV[4],
-  'turn_system_context', ARGV[5], 'turn_started_len', redis.call('LLEN', transcriptKey), 'updated_at', now)
+  'turn_system_context', ARGV[5], 'turn_started_len', redis.call('LLEN', transcriptKey), 'turn_started_at', now, 'updated_at', now)
 redis.call('RPUSH', transcriptKey, ARGV[3])
 redis.call('DEL', callsKey)
 local content = cjson.decode(ARGV[3]).content

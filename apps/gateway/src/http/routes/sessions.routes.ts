@@ -120,7 +120,7 @@ export const sessionRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
     async (request, reply) => {
       const afterSeq = resumeCursor(request, request.query.after_seq);
       const watcher = await sessions.watch(request.principal, request.params.session_id, afterSeq);
-      deps.sse.serve(request, reply, watcher);
+      deps.sse.serve(request, reply, watcher, 'session');
     },
   );
 };

@@ -5,6 +5,7 @@
 -- heartbeat or a stop-all touches is only known inside the script, as BullMQ's job keys are: they cannot all be
 -- listed in KEYS beforehand, so they are built from the declared key's base, as BullMQ builds its own.)
 --@include event-log
+--@include approval-inbox
 
 local base = string.sub(KEYS[1], 1, -(#':workers' + 1))
 local workersKey = base .. ':workers'
@@ -60,14 +61,12 @@ local function finishRun(runId, status, now, errorText, retentionSec)
   redis.call('EXPIRE', runEvents(runId), retentionSec)
 end
 
--- A run's tool-call approvals (hash approval_id -> record JSON) and the workspace's approvals inbox log (the same
--- slot, so a run's approval and its inbox entry are written together; KeyBuilder.approvalInbox names it too).
+-- A run's tool-call approvals (hash approval_id -> record JSON) and the workspace's approvals inbox (the same
+-- slot, so a run's approval and its inbox entry are written together; see approval-inbox.lua).
 local function runApprovals(runId) return base .. ':run:' .. runId .. ':approvals' end
-local INBOX_MAX = 10000
 
 local function announceApproval(channel, eventType, encoded)
-  appendToLog('approvals', base .. ':approvals:meta', base .. ':approvals:events', 'approvals:' .. string.match(base, '{w:(.*)}$'),
-    INBOX_MAX, channel, { 't', eventType, 'p', encoded })
+  appendInboxEntry(base, channel, eventType, encoded)
 end
 
 -- The resolution as the run's log and the inbox tell it (approval-resolved / approval_decided).

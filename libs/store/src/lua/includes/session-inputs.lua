@@ -44,7 +44,7 @@ local function beginTurn(sessionId, maxLen, channel, messageId, content)
   local turn = redis.call('HINCRBY', metaKey, 'turn', 1)
   redis.call('HSET', metaKey, 'status', 'running', 'message_id', messageId, 'lease', '', 'attempt', 0,
     'turn_usage', '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}', 'turn_tools', '',
-    'turn_system_context', '', 'turn_started_len', redis.call('LLEN', transcriptKey), 'updated_at', nowMs())
+    'turn_system_context', '', 'turn_started_len', redis.call('LLEN', transcriptKey), 'turn_started_at', nowMs(), 'updated_at', nowMs())
   redis.call('DEL', callsKey)
   appendEvent(sessionId, maxLen, channel, 'user_message', cjson.encode({ message_id = messageId, content = content, turn = turn }))
   return wake, turn
