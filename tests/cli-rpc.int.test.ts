@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, httpClient } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 const BIN = join(fileURLToPath(new URL('../', import.meta.url)), 'apps/cli/src/main.ts');
@@ -48,13 +48,10 @@ class Rpc {
     this.child.stdin.write(`${typeof command === 'string' ? command : JSON.stringify(command)}\n`);
   }
 
-  async waitFor(pred: (lines: Line[]) => boolean, timeoutMs = 20_000): Promise<Line[]> {
-    const deadline = Date.now() + timeoutMs;
-    while (!pred(this.lines)) {
-      if (Date.now() > deadline) throw new Error(`timed out; got ${JSON.stringify(this.lines.slice(-5))}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    return this.lines;
+  waitFor(pred: (lines: Line[]) => boolean, timeoutMs = 20_000): Promise<Line[]> {
+    return waitUntil('cadre rpc to print the awaited lines', () => pred(this.lines) && this.lines, { timeoutMs }).catch((err: Error) => {
+      throw new Error(`${err.message}; got ${JSON.stringify(this.lines.slice(-5))}`, { cause: err });
+    });
   }
 
   response(id: string): Promise<Line> {

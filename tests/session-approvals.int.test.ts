@@ -6,7 +6,7 @@ import { assertContiguous, grpcClient, httpClient, waitUntil } from '@cadre/test
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
-import { SessionStream, isCase } from './support/session-client.ts';
+import { SessionStream, isCase, sessionEventsWhen } from './support/session-client.ts';
 
 // Session approvals: a tool call an `ask` rule matches parks the turn (no worker slot) until it is decided, from
 // roz's PermissionDecision or the approvals HTTP API; the decision resumes the turn at its tool calls.
@@ -52,15 +52,7 @@ async function events(sessionId: string): Promise<Ev[]> {
   return (await api().get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
 }
 
-async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean, timeoutMs = 20_000): Promise<Ev[]> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const all = await events(sessionId);
-    if (all.some(pred)) return all;
-    await new Promise((r) => setTimeout(r, 30));
-  }
-  throw new Error(`no matching event in session ${sessionId}: ${(await events(sessionId)).map((e) => e.event_type).join(',')}`);
-}
+const eventsUntil = (sessionId: string, pred: (e: Ev) => boolean): Promise<Ev[]> => sessionEventsWhen<Ev>(stack.url, sessionId, (all) => all.some(pred));
 
 /** Parked: the session waits and no job is active (a pending approval holds no worker slot). */
 async function parkedWithNoActiveJob(sessionId: string): Promise<void> {

@@ -5,7 +5,7 @@ import { assertContiguous, grpcClient, httpClient, keysMatching, waitUntil, type
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
-import { SessionStream, isCase } from './support/session-client.ts';
+import { SessionStream, isCase, sessionEventsWhen } from './support/session-client.ts';
 
 // Workers and one gateway are real OS processes here: kill -9 is a real crash, cancel crosses processes.
 let stack: TestStack;
@@ -36,15 +36,8 @@ async function events(sessionId: string): Promise<Ev[]> {
   return (await httpClient(stack.url).get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
 }
 
-async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean, timeoutMs = 20_000): Promise<Ev[]> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const all = await events(sessionId);
-    if (all.some(pred)) return all;
-    await new Promise((r) => setTimeout(r, 30));
-  }
-  throw new Error(`no matching event in session ${sessionId}: ${(await events(sessionId)).map((e) => e.event_type).join(',')}`);
-}
+const eventsUntil = (sessionId: string, pred: (e: Ev) => boolean, timeoutMs?: number): Promise<Ev[]> =>
+  sessionEventsWhen<Ev>(stack.url, sessionId, (all) => all.some(pred), timeoutMs);
 
 const startFrame = (tools: object[] = [], extra: object = {}) => ({ $case: 'start' as const, value: { environmentId: 'crash', tools, ...extra } });
 const sessionIdOf = (s: SessionStream): string => (s.frames.find(isCase('sessionStarted'))!.response!.value as { sessionId: string }).sessionId;

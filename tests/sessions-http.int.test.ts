@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, httpClient, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
+import { sessionEventsWhen } from './support/session-client.ts';
 
 const WS_KEY = 'key-for-ws-other-only';
 let stack: TestStack;
@@ -22,13 +23,7 @@ interface Ev {
   payload: Record<string, any>;
 }
 
-async function eventsUntil(sessionId: string, pred: (e: Ev) => boolean): Promise<Ev[]> {
-  const api = httpClient(stack.url);
-  return waitUntil(`a matching event in session ${sessionId}`, async () => {
-    const { body } = await api.get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
-    return body.events.some(pred) && body.events;
-  }, { timeoutMs: 15_000 });
-}
+const eventsUntil = (sessionId: string, pred: (e: Ev) => boolean): Promise<Ev[]> => sessionEventsWhen<Ev>(stack.url, sessionId, (all) => all.some(pred));
 
 /** Every key of a session, with its type and content: what "nothing written" is checked against. */
 async function sessionSnapshot(sessionId: string): Promise<string> {

@@ -4,6 +4,7 @@ import { assertContiguous, httpClient, waitUntil, type TestRedisClient } from '@
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 import { TestStack } from './support/stack.ts';
+import { sessionEventsWhen } from './support/session-client.ts';
 
 let stack: TestStack;
 let redis: TestRedisClient;
@@ -38,15 +39,7 @@ const api = () => httpClient(stack.url);
 // A slow stream (one word per 40 ms) so inputs arrive while the model is still answering.
 const SLOW = '[[scripted:chunk_delay=40]] [[scripted:words=25]]';
 
-async function eventsUntil(id: string, pred: (all: Ev[]) => boolean, timeoutMs = 20_000): Promise<Ev[]> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const { body } = await api().get<{ events: Ev[] }>(`/api/sessions/${id}/events?limit=1000`);
-    if (pred(body.events)) return body.events;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`session ${id}: condition not met`);
-}
+const eventsUntil = (id: string, pred: (all: Ev[]) => boolean): Promise<Ev[]> => sessionEventsWhen<Ev>(stack.url, id, pred);
 const count = (type: string, n: number) => (all: Ev[]) => all.filter((e) => e.event_type === type).length >= n;
 
 async function newSession(modes?: Record<string, string>): Promise<string> {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { httpClient, pollUntilTerminal, runsCall } from '@cadre/testing';
+import { httpClient, pollUntilTerminal, runsCall, waitUntil } from '@cadre/testing';
 import { OtlpReceiver, type ReceivedSpan } from './support/otlp-receiver.ts';
 import { TestStack } from './support/stack.ts';
 
@@ -41,16 +41,6 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-async function until<T>(what: string, probe: () => T | undefined, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 /** The chain of spans from `span` up to the root of what the receiver saw. */
 function ancestry(span: ReceivedSpan, byId: Map<string, ReceivedSpan>): ReceivedSpan[] {
   const chain = [span];
@@ -73,7 +63,7 @@ describe('one trace follows a task across processes', () => {
     expect(events.at(-1)!.event_type).toBe('task_completed');
 
     // Worker calc-1's model calls (2: the tool call, then the answer) and the lead's synthesis (1), and the tool.
-    const spans = await until('the worker\'s spans to arrive', () => {
+    const spans = await waitUntil('the worker\'s spans to arrive', () => {
       const mine = receiver.spans.filter((s) => s.traceId === traceId);
       const chats = mine.filter((s) => s.name.startsWith('chat '));
       // A job's consumer span ends after BullMQ records the job, which may be after the task has ended.
@@ -128,7 +118,7 @@ describe('one trace follows a task across processes', () => {
   it('follows a VM run: the agent\'s run span holds its dispatch, model call and relays, and the gateway\'s spans for them join', async () => {
     const created = await runsCall(gatewayUrl, RUNS_API_KEY, 'POST', '/api/runs/', { workspace_id: 'traced-vm', query: 'Say hi' });
     const runId = created.body.run.run_id as string;
-    const spans = await until('the run\'s spans to arrive', () => {
+    const spans = await waitUntil('the run\'s spans to arrive', () => {
       const run = receiver.spans.find((s) => s.service === 'cadre-vm-agent' && s.name === 'run' && s.attributes.run_id === runId);
       if (!run) return undefined;
       const mine = receiver.spans.filter((s) => s.traceId === run.traceId);

@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { SessionRequest, type AgentServiceClient, type DeepPartial, type SessionResponse } from '@cadre/protocol';
-import { TEST_API_KEY, httpClient } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, waitUntil } from '@cadre/testing';
 
 type Frame = SessionResponse;
 export type FrameCase = NonNullable<Frame['response']>['$case'];
@@ -90,6 +90,21 @@ export interface SessionLogEvent {
 }
 
 /** A session's whole log (up to 1,000 events) from `GET /api/sessions/:id/events`. */
-export async function sessionEvents(baseUrl: string, sessionId: string): Promise<SessionLogEvent[]> {
-  return (await httpClient(baseUrl).get<{ events: SessionLogEvent[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
+export async function sessionEvents<E = SessionLogEvent>(baseUrl: string, sessionId: string): Promise<E[]> {
+  return (await httpClient(baseUrl).get<{ events: E[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
+}
+
+/** The session's log once `done` holds for it (polled); the error names the event types seen by then. */
+export async function sessionEventsWhen<E extends { event_type: string } = SessionLogEvent>(
+  baseUrl: string, sessionId: string, done: (events: E[]) => boolean, timeoutMs = 20_000,
+): Promise<E[]> {
+  let seen: E[] = [];
+  try {
+    return await waitUntil(`session ${sessionId}'s log to reach the condition`, async () => {
+      seen = await sessionEvents<E>(baseUrl, sessionId);
+      return done(seen) && seen;
+    }, { timeoutMs });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}; events: ${seen.map((e) => e.event_type).join(',')}`, { cause: err });
+  }
 }
