@@ -235,6 +235,43 @@ describe('session approvals', () => {
     }
   });
 
+  it('a session\'s records outlive their turn: readable by id and listed with session_id= after the next turns start; a late decision is 409', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }]);
+      const askedAfter = async (afterSeq: number): Promise<Ev> =>
+        (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested' && e.seq > afterSeq)).find((e) => e.event_type === 'approval_requested' && e.seq > afterSeq)!;
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
+      const first = await askedAfter(0);
+      expect((await second().post(`/api/approvals/${first.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+      const end1 = (await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete')).find((e) => e.event_type === 'turn_complete')!.seq;
+      // The next turn (a new message) asks again; abort with a prompt ends it and starts a third in one step.
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('2+2')}` });
+      const secondAsk = await askedAfter(end1);
+      expect((await api().post(`/api/sessions/${sessionId}/abort`, { prompt: { content: `Sum ${CALC('3+3')}` } })).status).toBe(200);
+      const third = await askedAfter(secondAsk.seq);
+
+      const byId = async (id: string) => (await second().get<{ approval: Approval }>(`/api/approvals/${id}`));
+      expect((await byId(first.payload.approval_id)).body.approval).toMatchObject({ status: 'approved', arguments: '{"expression":"1+1"}', decided_by: 'operator-key' });
+      expect((await byId(secondAsk.payload.approval_id)).body.approval).toMatchObject({ status: 'cancelled', arguments: '{"expression":"2+2"}' });
+      const listed = await second().get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=sess-appr&session_id=${sessionId}`);
+      expect(listed.body.approvals.map((a) => [a.approval_id, a.status])).toEqual([
+        [first.payload.approval_id, 'approved'], [secondAsk.payload.approval_id, 'cancelled'], [third.payload.approval_id, 'pending'],
+      ]);
+      expect((await second().get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=sess-appr&session_id=${sessionId}&status=approved`)).body.approvals.map((a) => a.approval_id)).toEqual([first.payload.approval_id]);
+      const late = await second().post<{ error: { message: string } }>(`/api/approvals/${first.payload.approval_id}/decision`, { approved: false });
+      expect(late.status).toBe(409);
+      expect(late.body.error.message).toContain('already approved');
+      // Another workspace's key still sees none of them.
+      expect((await httpClient(stack.url, OTHER_KEY).get(`/api/approvals/${first.payload.approval_id}`)).status).toBe(404);
+      await api().request('DELETE', `/api/sessions/${sessionId}`, {});
+      expect((await byId(first.payload.approval_id)).body.approval.status).toBe('approved');
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('a pending approval times out through a delayed job: the model gets "approval timed out"', async () => {
     const pool = await stack.addWorkerPool();
     try {

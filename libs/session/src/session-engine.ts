@@ -287,7 +287,12 @@ export class SessionEngine {
         sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach, modifier === undefined ? '' : JSON.stringify(modifier),
       )), (d) => d.wake);
     } catch (err) {
-      if (err instanceof StoreError && err.code === 'approval_not_found') throw new SessionEngineError('not_found', `approval ${id} not found`);
+      if (err instanceof StoreError && err.code === 'approval_not_found') {
+        // Not in the current turn: an earlier turn's record was settled when its turn ended.
+        const earlier = (await this.deps.store.approvalCalls(sessionId)).find((c) => c.approval!.approval_id === id);
+        if (earlier) throw new SessionEngineError('conflict', `approval ${id} is already ${earlier.approval!.status}`);
+        throw new SessionEngineError('not_found', `approval ${id} not found`);
+      }
       if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);
       throw err;
     }
@@ -309,11 +314,10 @@ export class SessionEngine {
     if (problem) throw invalid(`modifier ${problem}`);
   }
 
-  /** The approvals of the session's current turn (pending and decided), in the model's order. */
+  /** The session's approvals, its earlier turns' included, oldest first (a turn's in the model's order). */
   async approvals(scope: Scope, sessionId: string): Promise<SessionApprovalView[]> {
     const session = await this.get(scope, sessionId);
-    const calls = await this.deps.store.turnCalls(sessionId);
-    return calls.filter((c) => c.approval).map((c) => approvalView(session.workspace_id, sessionId, c));
+    return (await this.deps.store.approvalCalls(sessionId)).map((c) => approvalView(session.workspace_id, sessionId, c));
   }
 
   /**

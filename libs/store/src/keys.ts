@@ -39,6 +39,7 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{s:<id>}:events      stream: the session's ordered log, entry id `<seq>-0`
  *   <prefix>:{s:<id>}:transcript  list: the conversation as chat messages (JSON), one per model-turn boundary
  *   <prefix>:{s:<id>}:calls       hash: tool_call_id → the current turn's client tool call (JSON)
+ *   <prefix>:{s:<id>}:approvals   hash: approval_id → an earlier turn's call that asked (JSON, as in calls)
  *   <prefix>:{s:<id>}:steer       list: queued steering messages (JSON {input_id, content, queued_at}), oldest first
  *   <prefix>:{s:<id>}:followup    list: queued follow-up messages, same shape (see lua/includes/session-inputs.lua)
  *   <prefix>:{s:<id>}:grants      set: approvalGrant(tool, arguments) approved for the rest of the session
@@ -64,6 +65,8 @@ export interface SessionKeys {
   calls: string;
   steer: string;
   followUp: string;
+  /** Earlier turns' calls that asked for approval (the current turn's are in `calls`). */
+  approvals: string;
 }
 
 export interface TaskKeys {
@@ -88,6 +91,7 @@ export class KeyBuilder {
     const tag = `${this.prefix}:{s:${sessionId}}`;
     return {
       meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls`, steer: `${tag}:steer`, followUp: `${tag}:followup`,
+      approvals: `${tag}:approvals`,
     };
   }
 

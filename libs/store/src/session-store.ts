@@ -73,10 +73,10 @@ export class SessionStore {
     return this.redis.hget(this.keys.session(sessionId).meta, 'lease');
   }
 
-  /** The session keys plus its steer and follow-up lists (the *-6 scripts). */
-  private k6(sessionId: string): string[] {
+  /** The session keys plus its steer and follow-up lists and its earlier turns' approvals (the *-7 scripts). */
+  private k7(sessionId: string): string[] {
     const k = this.keys.session(sessionId);
-    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp];
+    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp, k.approvals];
   }
 
 
@@ -126,7 +126,7 @@ export class SessionStore {
       ? [{ type: 'text', text: turn.content }, ...turn.image_urls.map((url) => ({ type: 'image_url', image_url: { url } }))]
       : turn.content;
     const wake = await this.scripts.startTurn(
-      ...this.k(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
+      ...this.k(sessionId), this.keys.session(sessionId).approvals, sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
       turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (wake < 0) throw scriptError(wake, 'user message');
@@ -320,6 +320,17 @@ export class SessionStore {
     return parseTools(turnTools || tools || undefined);
   }
 
+  /**
+   * Every call of the session that asked for approval: earlier turns' (kept while the session's keys live) and the
+   * current turn's, oldest first, a turn's calls in the model's order.
+   */
+  async approvalCalls(sessionId: string): Promise<ClientCall[]> {
+    const k = this.keys.session(sessionId);
+    const [earlier, current] = await Promise.all([this.redis.hvals(k.approvals), this.redis.hvals(k.calls)]);
+    return [...parseCalls(earlier), ...parseCalls(current).filter((c) => c.approval)]
+      .sort((a, b) => a.approval!.created_at - b.approval!.created_at || a.order - b.order);
+  }
+
   /** The current turn's calls (approvals included), in the model's order. */
   async turnCalls(sessionId: string): Promise<ClientCall[]> {
     return parseCalls(await this.redis.hvals(this.keys.session(sessionId).calls)).sort((a, b) => a.order - b.order);
@@ -338,7 +349,7 @@ export class SessionStore {
 
   async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
     const code = await this.endingTurn(sessionId, () => this.scripts.closeSession(
-      ...this.k6(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
+      ...this.k7(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
     ));
     if (code < 0) throw scriptError(code, 'close session');
     if (code === 1) await this.unpark(sessionId);
@@ -387,7 +398,7 @@ export class SessionStore {
    */
   async queueInput(sessionId: string, kind: InputKind, input: { input_id: string; content: string }, maxQueued: number): Promise<{ kind: 'queued'; position: number } | { kind: 'started'; wake: number }> {
     const entry = JSON.stringify({ input_id: input.input_id, content: input.content, queued_at: new Date().toISOString() });
-    const [code, value] = await this.scripts.queueInput(...this.k6(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
+    const [code, value] = await this.scripts.queueInput(...this.k7(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
     if (code < 0) throw scriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
     return code === 1 ? { kind: 'started', wake: value ?? 0 } : { kind: 'queued', position: value ?? 0 };
   }
@@ -395,7 +406,7 @@ export class SessionStore {
   /** A model-turn boundary: delivers queued steering (after `before`, a cut-short answer); returns how many. */
   async deliverSteering(sessionId: string, lease: string, before: { messages?: object[]; events?: SessionEventInput[] } = {}): Promise<number> {
     const n = await this.scripts.deliverSteering(
-      ...this.k6(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
+      ...this.k7(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (n < 0) throw scriptError(n, 'deliver steering');
@@ -411,12 +422,12 @@ export class SessionStore {
   }
 
   /**
-   * The turn's last step (lua/finishTurn-6.lua): `continue` when steering arrived and the turn goes on, else the
+   * The turn's last step (lua/finishTurn-7.lua): `continue` when steering arrived and the turn goes on, else the
    * turn ended and `next` is the wake of the turn queued inputs started (0 = none).
    */
   async finishTurn(sessionId: string, lease: string, step: TurnCommit, stopReason: string): Promise<{ kind: 'continue' } | { kind: 'ended'; next: number }> {
     const [code, wake] = await this.scripts.finishTurn(
-      ...this.k6(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
+      ...this.k7(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (code < 0) throw scriptError(code, 'finish turn');
@@ -426,7 +437,7 @@ export class SessionStore {
   /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
   async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ aborted: boolean; dropped: number; wake: number }> {
     const [code, dropped, wake] = await this.endingTurn(sessionId, () => this.scripts.abortTurn(
-      ...this.k6(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
+      ...this.k7(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     ));
     if (code < 0) throw scriptError(code, 'abort');
     if (code === 1) await this.unpark(sessionId);

@@ -121,7 +121,7 @@ export class ApprovalService {
     if (q.status !== undefined && !APPROVAL_STATUSES.includes(q.status)) throw new ApiError('invalid_argument', `unknown status ${q.status}`);
     let all: ApprovalView[];
     if (q.session_id !== undefined) {
-      // A session's approvals of its current turn (earlier turns' are in its log).
+      // A session's approvals, its earlier turns' included.
       all = await this.deps.sessions.approvals(principal, q.session_id).catch(noSession);
     } else if (q.run_id !== undefined) {
       all = await this.runApprovalsOf([q.run_id]);

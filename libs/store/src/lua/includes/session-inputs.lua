@@ -1,11 +1,12 @@
 -- Steering and follow-up queues (inlined at `--@include session-inputs`), for scripts whose keys are the four
--- session keys plus KEYS[5] the steer list and KEYS[6] the follow-up list. Each entry is JSON
+-- session keys plus KEYS[5] the steer list, KEYS[6] the follow-up list and KEYS[7] the approvals hash (earlier
+-- turns' approval records, see clearCalls). Each entry is JSON
 -- {input_id, content, queued_at}. The meta hash holds the modes: `steering_mode` and `follow_up_mode`
 -- ('one-at-a-time' (default) | 'all') and `interrupt_mode` ('immediate' (default) | 'wait').
 -- Every input gets exactly one outcome event after input_queued: input_delivered (with the turn) or input_dropped.
 --@include session-log
 
-local steerKey, followKey = KEYS[5], KEYS[6]
+local steerKey, followKey, approvalsKey = KEYS[5], KEYS[6], KEYS[7]
 
 local function inputMode(field)
   local mode = redis.call('HGET', metaKey, field)
@@ -37,7 +38,7 @@ local function deliverInputs(sessionId, maxLen, channel, kind, inputs, turn)
   end
 end
 
--- Starts a turn on an idle session (as startTurn-4.lua does, with the session's tools): the caller pushes the
+-- Starts a turn on an idle session (as startTurn-5.lua does, with the session's tools): the caller pushes the
 -- turn's user messages after this. Returns the new wake and turn number.
 local function beginTurn(sessionId, maxLen, channel, messageId, content)
   local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
@@ -45,7 +46,7 @@ local function beginTurn(sessionId, maxLen, channel, messageId, content)
   redis.call('HSET', metaKey, 'status', 'running', 'message_id', messageId, 'lease', '', 'attempt', 0,
     'turn_usage', '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}', 'turn_tools', '',
     'turn_system_context', '', 'turn_started_len', redis.call('LLEN', transcriptKey), 'turn_started_at', nowMs(), 'updated_at', nowMs())
-  redis.call('DEL', callsKey)
+  clearCalls(approvalsKey)
   appendEvent(sessionId, maxLen, channel, 'user_message', cjson.encode({ message_id = messageId, content = content, turn = turn }))
   return wake, turn
 end

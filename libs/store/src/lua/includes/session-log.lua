@@ -24,6 +24,19 @@ local function pendingCalls()
   return pending
 end
 
+-- Clears the current turn's calls for the next turn. Their approval records (all settled by now: a turn ends
+-- before the next starts) move to the session's approvals hash (`approvalsKey`, id → the call JSON), where
+-- GET /api/approvals/:id reads them for as long as the session's keys live.
+local function clearCalls(approvalsKey)
+  local flat = redis.call('HGETALL', callsKey)
+  for i = 2, #flat, 2 do
+    local call = cjson.decode(flat[i])
+    if call.approval then redis.call('HSET', approvalsKey, call.approval.approval_id, flat[i]) end
+  end
+  redis.call('DEL', callsKey)
+  if redis.call('EXISTS', approvalsKey) == 1 then redis.call('EXPIRE', approvalsKey, tonumber(redis.call('HGET', metaKey, 'ttl'))) end
+end
+
 -- Every key of the session lives as long as the session may still be used: `ttl` seconds from now.
 local function touchSession(ttl)
   for _, key in ipairs({ metaKey, eventsKey, transcriptKey, callsKey }) do redis.call('EXPIRE', key, ttl) end

@@ -3,6 +3,7 @@
   silently lost), a turn in progress ends (cancelled), session_closed is the log's last event, running loops are
   told on the cancel channel, and every key expires after the retention period.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
+  KEYS[7] approvals (earlier turns' records)
   ARGV[1] sessionId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
   Returns 1 closed now, 2 already closed, ERR.session_not_found.
@@ -18,5 +19,6 @@ endTurn(ARGV[1], ARGV[4], ARGV[5], 'cancelled', now)
 redis.call('HSET', metaKey, 'status', 'closed', 'lease', '', 'closed_reason', ARGV[2], 'closed_at', now, 'updated_at', now)
 appendEvent(ARGV[1], ARGV[4], ARGV[5], 'session_closed', cjson.encode({ reason = ARGV[2] }))
 touchSession(tonumber(ARGV[3]))
+if redis.call('EXISTS', approvalsKey) == 1 then redis.call('EXPIRE', approvalsKey, tonumber(ARGV[3])) end
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return 1
