@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, httpClient } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, waitUntil } from '@cadre/testing';
 import { kontekst } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -222,7 +222,7 @@ describe('kontekst DaemonService', () => {
     expect(done.res.message).toBe('shutting down');
     daemon.close();
     // Drained: the port stops answering.
-    while (await fetch(`http://${target}/healthz`).then(() => true, () => false)) await new Promise((r) => setTimeout(r, 50));
+    await waitUntil('the gateway to stop answering', () => fetch(`http://${target}/healthz`).then(() => false, () => true), { everyMs: 50 });
     stack.gateways.splice(stack.gateways.indexOf(gateway), 1);
   });
 });

@@ -627,7 +627,9 @@ describe('create and list', () => {
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) {
       ids.push(await createRun(ws, { query: `q${i}` }, five));
-      await new Promise((r) => setTimeout(r, 5));
+      // The list's order is the creation time in ms: each run gets a later millisecond than the one before.
+      const created = Date.now();
+      await waitUntil('the next millisecond', () => Date.now() > created, { everyMs: 1 });
     }
     await heartbeat(ws, 'vm-1');
     await control(ids[2]!, { action: 'pause' });

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, runsCall } from '@cadre/testing';
+import { assertContiguous, runsCall, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 import { WindieBackend, WindieVmWorker, type BackendMessage } from './support/windie-vm-worker.ts';
 
@@ -32,13 +32,12 @@ const eventsOf = async (runId: string): Promise<any[]> => (await call('GET', `/a
 
 /** The worker's heartbeat loop: ticks (each one heartbeat, as the original's interval does) until `done`. */
 async function beatUntil(worker: WindieVmWorker, done: () => Promise<boolean> | boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
+  await waitUntil(`${what} while heartbeating`, async () => {
     await worker.tick();
-    if (await done()) return;
-    if (Date.now() > deadline) throw new Error(`${what}: not reached after heartbeating for 10 s (warnings: ${JSON.stringify(worker.warnings)})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+    return done();
+  }, { timeoutMs: 10_000 }).catch((err: Error) => {
+    throw new Error(`${err.message} (warnings: ${JSON.stringify(worker.warnings)})`, { cause: err });
+  });
 }
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {
