@@ -227,6 +227,25 @@ describe('the board', () => {
     expect((await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status).toBe('closed');
   });
 
+  it('shows a session\'s answer once when a draining worker hands its turn back mid-stream', async () => {
+    await useWorkspace('board');
+    await page.getByRole('link', { name: 'Sessions', exact: true }).click();
+    await page.getByRole('button', { name: 'Start a session in board' }).click();
+    await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+    const sessionId = page.url().split('/').at(-1)!;
+    await page.getByRole('textbox', { name: 'Message' }).fill('Tell a long story [[scripted:words=300]] [[scripted:chunk_delay=40]]');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await page.locator('.conversation li.agent').waitFor();
+    // The worker pool drains with a short deadline (what SIGTERM does); a new pool resumes the turn.
+    const [draining] = stack.pools.splice(0, 1);
+    await draining!.close(300);
+    await stack.addWorkerPool();
+    await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 60_000 });
+    expect(await page.locator('ol.log li[data-type="attempt_lost"]').count()).toBe(1);
+    const { messages } = (await api.get<{ messages: { content: string }[] }>(`/api/sessions/${sessionId}/messages`)).body;
+    expect(await page.locator('.conversation li.agent').textContent()).toBe(`agent ${messages.at(-1)!.content}`);
+  }, 90_000);
+
   it('shows a new approval live (the inbox stream, no polling) and approves it; the parked worker resumes and the task completes', async () => {
     const ws = newWorkspace();
     const inboxRequests: string[] = [];

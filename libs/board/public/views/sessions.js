@@ -1,5 +1,6 @@
 import { h, orDash, say } from '../dom.js';
 import { approvalsApi, sessionsApi, taskHeaders } from '../api.js';
+import { applyAnswerEvent, emptyAnswer } from '../answer.js';
 import { clip } from '../team.js';
 import { followStream } from '../event-stream.js';
 import { workspace } from '../session.js';
@@ -39,7 +40,9 @@ export function sessionView(root, sessionId) {
   const cancel = h('button', { type: 'button' }, 'Cancel turn');
   const end = h('button', { type: 'button', class: 'danger' }, 'Close session');
   const asks = h('section', { class: 'card', hidden: true, 'aria-label': 'Waiting for your approval' });
-  const answers = new Map();
+  // The turn's answer as it streams, folded by answer.js: a model call that a lost or drained worker left
+  // unfinished is dropped at its attempt_lost (the next attempt streams it again), so the answer shows once.
+  let answer = { fold: emptyAnswer(), li: null };
   let stream = null;
   let ws = null;
 
@@ -72,15 +75,13 @@ export function sessionView(root, sessionId) {
   const onEvent = (e) => {
     const p = e.payload ?? {};
     if (e.event_type === 'user_message') talk.append(h('li', { class: 'user' }, h('b', {}, 'user '), p.content));
-    if (e.event_type === 'text_delta') {
-      let li = answers.get(p.message_id);
-      if (!li) {
-        li = h('li', { class: 'agent', 'data-message-id': p.message_id }, h('b', {}, 'agent '), h('span'));
-        answers.set(p.message_id, li);
-        talk.append(li);
-      }
-      li.lastElementChild.append(p.content);
+    applyAnswerEvent(answer.fold, e);
+    if (e.event_type === 'text_delta' && !answer.li) {
+      answer.li = h('li', { class: 'agent', 'data-message-id': p.message_id }, h('b', {}, 'agent '), h('span'));
+      talk.append(answer.li);
     }
+    if (answer.li) answer.li.lastElementChild.textContent = answer.fold.text;
+    if (e.event_type === 'user_message' || e.event_type === 'turn_complete') answer = { fold: emptyAnswer(), li: null };
     if (e.event_type === 'user_message') setStatus('running');
     if (e.event_type === 'activity') setStatus(p.state === 'idle' ? 'idle' : p.state === 'waiting_approval' ? 'waiting on an approval' : 'running');
     if (e.event_type === 'tool_request') setStatus('waiting_tool');
