@@ -39,6 +39,17 @@ export interface TurnObserver {
   resumed(resume: { parkedSeconds: number }): void;
 }
 
+/** A turn a job run has claimed (TurnRunner.claim), to run with TurnRunner.run. */
+export interface ClaimedTurn {
+  sessionId: string;
+  lease: string;
+  /** The attempt number (above 1 when an earlier attempt was lost or handed back). */
+  attempt: number;
+  /** The turn as loaded right after the claim: the first step's state. */
+  state: TurnState | null;
+  steering: SteerWatch | undefined;
+}
+
 /** How a job run of a turn ended: the turn finished, it parked (waiting for clients), or there was nothing to do. */
 export type TurnRunOutcome = 'finished' | 'parked' | 'stale';
 
@@ -66,29 +77,43 @@ export class TurnRunner {
     this.turns = deps.turns;
   }
 
-  /** Takes the turn for this job run (lease = its lock token): the attempt number, or null when there is nothing to run. */
-  async claim(sessionId: string, wake: number, lease: string): Promise<number | null> {
-    const claim = await this.deps.store.claimTurn(sessionId, wake, lease, this.deps.hostId);
-    if (claim.parkedAt !== undefined) this.turns?.resumed({ parkedSeconds: Math.max(0, Date.now() - claim.parkedAt) / 1000 });
-    return claim.kind === 'stale' ? null : claim.attempt;
+  /**
+   * Takes the turn for this job run (lease = its lock token), or null when there is nothing to run. The turn's
+   * first load goes right behind the claim on the same connection (one round trip for both), and steer notices are
+   * heard from before it (SteerWatch); run() ends the watch.
+   */
+  async claim(sessionId: string, wake: number, lease: string): Promise<ClaimedTurn | null> {
+    const steering = this.watchSteering && new SteerWatch(this.deps.store, sessionId, this.watchSteering);
+    try {
+      const [claim, state] = await Promise.all([this.deps.store.claimTurn(sessionId, wake, lease, this.deps.hostId), this.deps.store.loadTurn(sessionId)]);
+      if (claim.parkedAt !== undefined) this.turns?.resumed({ parkedSeconds: Math.max(0, Date.now() - claim.parkedAt) / 1000 });
+      if (claim.kind !== 'stale') return { sessionId, lease, attempt: claim.attempt, state, steering };
+    } catch (err) {
+      steering?.close();
+      throw err;
+    }
+    steering?.close();
+    return null;
   }
 
   /** Runs the claimed turn until it finishes or parks. */
-  async run(sessionId: string, lease: string, signal: AbortSignal): Promise<TurnRunOutcome> {
-    const steering = this.watchSteering && new SteerWatch(this.deps.store, sessionId, this.watchSteering);
+  async run(turn: ClaimedTurn, signal: AbortSignal): Promise<TurnRunOutcome> {
     try {
-      return await this.runSteps(sessionId, lease, signal, steering);
+      return await this.runSteps(turn, signal);
     } finally {
-      steering?.close();
+      turn.steering?.close();
     }
   }
 
-  private async runSteps(sessionId: string, lease: string, signal: AbortSignal, steering: SteerWatch | undefined): Promise<TurnRunOutcome> {
+  private async runSteps(turn: ClaimedTurn, signal: AbortSignal): Promise<TurnRunOutcome> {
     const { store } = this.deps;
+    const { sessionId, lease, steering } = turn;
+    let loaded: TurnState | null | undefined = turn.state;
     let compactionFailed = false;
     while (true) {
       signal.throwIfAborted();
-      const state = await store.loadTurn(sessionId);
+      const state = loaded === undefined ? await store.loadTurn(sessionId) : loaded;
+      loaded = undefined;
       if (!state || state.status !== 'running') return 'stale';
       const step = nextStep(state);
       switch (step.kind) {

@@ -58,18 +58,18 @@ export class SessionJobProcessor {
     const { sessionId, wake } = job.data as SessionTurnJobData;
     const log = this.deps.logger.child({ sessionId, wake, jobId: job.id });
     // Claimed before the cancel check is registered: that check aborts a loop whose lease is not the job's.
-    const attempt = await this.deps.runner.claim(sessionId, wake, token);
-    if (attempt === null) return { sessionId, outcome: 'stale' };
+    const turn = await this.deps.runner.claim(sessionId, wake, token);
+    if (turn === null) return { sessionId, outcome: 'stale' };
     const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token);
     this.running.set(job.id!, ac);
     try {
-      const outcome = await this.deps.runner.run(sessionId, token, ac.signal);
+      const outcome = await this.deps.runner.run(turn, ac.signal);
       return { sessionId, outcome };
     } catch (err) {
       const cause = ac.signal.reason as AbortCause | undefined;
       if (cause === 'shutdown') {
         // Hand the turn back: it resumes on another worker from its last boundary.
-        await this.deps.runner.release(sessionId, token, attempt);
+        await this.deps.runner.release(sessionId, token, turn.attempt);
         await job.moveToWait(token);
         throw new WaitingError();
       }
