@@ -17,8 +17,8 @@ afterAll(async () => {
 
 const GRACE_MS = 5_000;
 // Each streams an answer after a builtin tool call (the tool's result is a boundary). Short ones have at most a
-// second of stream left when the signal comes; long ones (~200 chunks 40 ms apart) outlast the deadline.
-const SHORT = 'Compute then answer [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=60]] [[scripted:chunk_delay=40]]';
+// second or two of stream left when the signal comes; long ones (~200 chunks 40 ms apart) outlast the deadline.
+const SHORT = 'Compute then answer [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=90]] [[scripted:chunk_delay=40]]';
 const LONG = 'Compute then explain [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=600]] [[scripted:chunk_delay=40]]';
 
 const api = () => httpClient(stack.url);
@@ -55,7 +55,7 @@ describe('worker SIGTERM with session turns in flight', () => {
         expect((await api().post(`/api/sessions/${id}/messages`, { content })).status).toBe(202);
       }));
       // Every turn is mid-stream (its tool ran, its answer has begun) when the signal comes.
-      for (const id of [...short, ...long]) await waitUntil('the answer to stream', async () => (await events(id)).some((e) => e.event_type === 'text_delta'));
+      await Promise.all([...short, ...long].map((id) => waitUntil('the answer to stream', async () => (await events(id)).some((e) => e.event_type === 'text_delta'))));
       const exited = new Promise<number | null>((resolve) => draining.once('exit', resolve));
       draining.kill('SIGTERM');
       expect(await exited).toBe(0);
