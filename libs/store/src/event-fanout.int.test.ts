@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
-import { startTestRedis, type TestRedis, type TestRedisClient } from '@cadre/testing';
+import { startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { EventFanout, WatchClosedError, type LogWatcher } from './event-fanout.ts';
 import { connectRedis } from './connect.ts';
 import { KeyBuilder } from './keys.ts';
@@ -33,6 +33,9 @@ async function liveTask(): Promise<string> {
 }
 
 const phase = (taskId: string, turn: number) => store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_phase', { phase: 'thinking', mode: 'react', turn });
+
+/** Events pushed to `watcher` that its reader has not taken yet (white-box: the pipe's pause is not observable otherwise). */
+const watcherHolds = (watcher: LogWatcher<TeamEvent>, n: number): boolean => (watcher as unknown as { live: unknown[] }).live.length >= n;
 
 async function collect(watcher: LogWatcher<TeamEvent>, count: number): Promise<number[]> {
   const seqs: number[] = [];
@@ -125,6 +128,34 @@ describe('EventFanout', () => {
     for await (const batch of batched.batches()) rest.push(batch.map((e) => e.seq));
     expect(rest.flat()).toEqual([9, 10, 11]);
     expect(await batched.nextBatch()).toEqual([]);
+    expect(fanout.watcherCount()).toBe(0);
+  });
+
+  it('pipes every event to a writer in order; a writer that is full pauses it until writable, and nothing is lost', async () => {
+    const taskId = await liveTask();
+    const watcher = await fanout.watch(store.taskLog(taskId), 0);
+    const written: number[] = [];
+    let drained: (() => void) | undefined;
+    const piped = watcher.pipeTo(
+      (e) => {
+        written.push(e.seq);
+        return e.seq !== 4 && e.seq !== 6; // the stream is full after events 4 and 6
+      },
+      () => new Promise<void>((resolve) => (drained = resolve)),
+    );
+    for (let turn = 1; turn <= 5; turn++) await phase(taskId, turn);
+    await waitUntil('events 5..7 to be pushed while the writer is full', () => watcherHolds(watcher, 3));
+    expect(written).toEqual([1, 2, 3, 4]);
+    drained!();
+    // Resumed with the held events: full again after 6, 7 still waits.
+    await waitUntil('the second pause', () => written.includes(6));
+    expect(written).toEqual([1, 2, 3, 4, 5, 6]);
+    drained!();
+    const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
+    await store.finishWorker(taskId, 'lead', 'lease', { outcome: 'completed', result: 'r', usage }, { status: 'completed', result: 'r', usage });
+    await piped;
+    expect(written).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(watcher.lastSeq).toBe(10);
     expect(fanout.watcherCount()).toBe(0);
   });
 

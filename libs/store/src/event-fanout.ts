@@ -382,6 +382,10 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   private readonly pageSize: number;
   private readonly unregister: () => void;
   private firstRead = true;
+  /** pipeTo's writer while the reader is caught up: the tail's pushes go straight to it. */
+  private sink: { write(event: E): boolean } | undefined;
+  /** The sink refused an event (its stream is full): pipeTo waits for it to drain. */
+  private sinkFull = false;
   /** The highest seq the tail has pushed: the log holds at least this much. */
   private knownHead = 0;
 
@@ -406,6 +410,16 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   push(event: E): void {
     if (this.done || event.seq <= this.lastSeq) return;
     this.knownHead = Math.max(this.knownHead, event.seq);
+    if (this.sink && event.seq === this.lastSeq + 1 && this.live.length === 0 && this.page.length === 0) {
+      this.hand(event);
+      this.onLiveDelivery?.(event);
+      if (!this.sink.write(event)) {
+        this.sink = undefined;
+        this.sinkFull = true;
+        this.wakeReader?.();
+      } else if (this.done) this.wakeReader?.();
+      return;
+    }
     this.live.push(event);
     if (this.live.length > this.bufferLimit) {
       // Held events that join what the reader already has mean the reader is the bottleneck: close it.
@@ -492,12 +506,50 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     const first = await this.next();
     if (first.done) return [];
     const batch = [first.value];
-    while (batch.length < max && !this.done && !this.error) {
-      const event = this.take();
+    while (batch.length < max) {
+      const event = this.takeHeld();
       if (!event) break;
-      batch.push(this.hand(event));
+      batch.push(event);
     }
     return batch;
+  }
+
+  /**
+   * Hands every event to `write`, in order, until the watch is over (resolves) or closed early (throws as next()
+   * does). While the reader is caught up, the tail's pushes call `write` at once: no async step per event per
+   * watcher. `write` returning false (the stream's buffer is full) stops that until `writable()` resolves; events
+   * pushed meanwhile wait in the bounded buffer, as they do for next().
+   */
+  async pipeTo(write: (event: E) => boolean, writable: () => Promise<void>): Promise<void> {
+    for (;;) {
+      const first = await this.next();
+      if (first.done) return;
+      let open = write(first.value);
+      while (open) {
+        const event = this.takeHeld();
+        if (!event) break;
+        open = write(event);
+      }
+      if (!open) {
+        await writable();
+        continue;
+      }
+      if (this.done || this.error || this.knownHead > this.lastSeq || this.live.length > 0 || this.page.length > 0) continue;
+      this.sink = { write };
+      await this.waitForPush();
+      this.sink = undefined;
+      if (this.sinkFull) {
+        this.sinkFull = false;
+        await writable();
+      }
+    }
+  }
+
+  /** The next event held in memory, handed to the reader; undefined when none is (or the watch is over). */
+  private takeHeld(): E | undefined {
+    if (this.done || this.error) return undefined;
+    const event = this.take();
+    return event && this.hand(event);
   }
 
   /** nextBatch() until the watch is over. */

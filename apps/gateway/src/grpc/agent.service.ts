@@ -69,13 +69,9 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       watcher = await deps.tasks.watch(principal, taskId, call.request.afterSeq ?? 0);
       if (call.cancelled) stop();
       if (watcher) {
-        for await (const batch of watcher.batches()) {
-          for (const event of batch) {
-            if (call.cancelled) break;
-            if (!call.write(encodeOnce(taskId, event))) await writable(call, 'cancelled', watcher);
-          }
-          if (call.cancelled) break;
-        }
+        const open = watcher;
+        // A cancelled call takes nothing more (its 'cancelled' already ended the watcher, which ends the pipe).
+        await open.pipeTo((event) => call.cancelled || call.write(encodeOnce(taskId, event)), () => writable(call, 'cancelled', open));
       }
       if (!call.cancelled) call.end();
     } catch (err) {
