@@ -111,26 +111,6 @@ describe('EventFanout', () => {
     expect(await collect(resumed, 62 - resumeFrom)).toEqual(Array.from({ length: 62 - resumeFrom }, (_, i) => resumeFrom + 1 + i));
   });
 
-  it('hands what a watcher holds over in batches: in order, at most `max` at a time, none after the terminal event', async () => {
-    const taskId = await liveTask();
-    const batched = await fanout.watch(store.taskLog(taskId), 0);
-    const oneByOne = await fanout.watch(store.taskLog(taskId), 0);
-    expect((await batched.nextBatch()).map((e) => e.seq)).toEqual([1, 2]);
-    for (let turn = 1; turn <= 6; turn++) await phase(taskId, turn);
-    // The tail pushes each event to every watcher at once: once this one has seq 8, the batched one holds 3..8.
-    expect(await collect(oneByOne, 8)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect((await batched.nextBatch(4)).map((e) => e.seq)).toEqual([3, 4, 5, 6]);
-    expect((await batched.nextBatch()).map((e) => e.seq)).toEqual([7, 8]);
-    expect(batched.lastSeq).toBe(8);
-    const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
-    await store.finishWorker(taskId, 'lead', 'lease', { outcome: 'completed', result: 'r', usage }, { status: 'completed', result: 'r', usage });
-    const rest: number[][] = [];
-    for await (const batch of batched.batches()) rest.push(batch.map((e) => e.seq));
-    expect(rest.flat()).toEqual([9, 10, 11]);
-    expect(await batched.nextBatch()).toEqual([]);
-    expect(fanout.watcherCount()).toBe(0);
-  });
-
   it('pipes every event to a writer in order; a writer that is full pauses it until writable, and nothing is lost', async () => {
     const taskId = await liveTask();
     const watcher = await fanout.watch(store.taskLog(taskId), 0);

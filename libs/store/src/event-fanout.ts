@@ -498,23 +498,6 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   }
 
   /**
-   * The next events in order: every one it holds from the next on (at most `max`), after waiting for the first if
-   * it holds none; [] once the watch is over; throws as next() does. One async step per batch, not per event: a
-   * reader that writes each event at once (a gRPC or SSE stream) spends one wake-up on all that a tail read pushed.
-   */
-  async nextBatch(max = 64): Promise<E[]> {
-    const first = await this.next();
-    if (first.done) return [];
-    const batch = [first.value];
-    while (batch.length < max) {
-      const event = this.takeHeld();
-      if (!event) break;
-      batch.push(event);
-    }
-    return batch;
-  }
-
-  /**
    * Hands every event to `write`, in order, until the watch is over (resolves) or closed early (throws as next()
    * does). While the reader is caught up, the tail's pushes call `write` at once: no async step per event per
    * watcher. `write` returning false (the stream's buffer is full) stops that until `writable()` resolves; events
@@ -550,11 +533,6 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     if (this.done || this.error) return undefined;
     const event = this.take();
     return event && this.hand(event);
-  }
-
-  /** nextBatch() until the watch is over. */
-  async *batches(max?: number): AsyncGenerator<E[], void> {
-    for (let batch = await this.nextBatch(max); batch.length > 0; batch = await this.nextBatch(max)) yield batch;
   }
 
   /** `event` goes to the reader: its cursor moves past it, and the watch is over after the terminal event. */

@@ -71,12 +71,8 @@ export class SseSessions {
 
     void (async () => {
       try {
-        // A batch's frames in one write: one syscall for every event a tail read pushed.
-        for await (const batch of watcher.batches()) {
-          if (res.destroyed) break;
-          const ok = res.write(batch.map(frameOf).join(''));
-          if (!ok) await writable(res, 'close', watcher);
-        }
+        // A closed connection takes nothing more (its 'close' already ended the watcher, which ends the pipe).
+        await watcher.pipeTo((event) => res.destroyed || res.write(frameOf(event)), () => writable(res, 'close', watcher));
       } catch (err) {
         const api = toApiError(err);
         if (!api) this.logger.error({ err }, 'sse stream failed');
