@@ -113,13 +113,57 @@ describe('tool approvals for VM runs', () => {
     expect((await events(free)).some((e) => e.event_type.startsWith('approval-'))).toBe(false);
   });
 
-  it('stop-all cancels a run\'s pending approval; another workspace\'s key sees 404; a modifier or task scope is 400', async () => {
+  it('a modifier amends the call on the VM: checked against the schema the vm-agent sent, and the agent runs the amended command', async () => {
+    const runId = await startRun(`Echo ${SHELL}`);
+    const ask = await pendingOf(runId);
+    expect(JSON.parse((ask as Approval & { parameters_schema: string }).parameters_schema)).toMatchObject({ required: ['command'] });
+    const refused = await second().post<{ error: { message: string } }>(`/api/approvals/${ask.approval_id}/decision`, { approved: true, modifier: { command: 'echo x', extra: 1 } });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.message).toContain("modifier does not fit shell's arguments");
+    expect((await second().get<{ approval: Approval }>(`/api/approvals/${ask.approval_id}`)).body.approval.status).toBe('pending');
+
+    const decided = await second().post<{ approval: Approval & { modifier?: string } }>(`/api/approvals/${ask.approval_id}/decision`, { approved: true, modifier: { command: 'echo amended-output' } });
+    expect(decided.status).toBe(200);
+    expect(decided.body.approval).toMatchObject({ status: 'approved', arguments: '{"command":"echo approved-output"}', modifier: '{"command":"echo amended-output"}' });
+    await waitUntil('the run to complete', async () => (await statusOf(runId)) === 'completed');
+    const log = await events(runId);
+    expect(log.find((e) => e.event_type === 'approval-resolved')!.payload).toMatchObject({ approved: true, modifier: '{"command":"echo amended-output"}' });
+    const result = JSON.stringify(log.find((e) => e.event_type === 'tool-result')!.payload);
+    expect(result).toContain('amended-output');
+    expect(result).not.toContain('approved-output');
+  });
+
+  it('an agent that sends no parameter schema (an older vm-agent) gets approvals without modifiers: a modifier is 400', async () => {
+    // A raw client in the vm-agent's place, in a workspace of its own so the real agent does not take the run.
+    const ws = 'vmapprovals-old';
+    expect((await httpClient(stack.url).request('PUT', `/api/workspaces/${ws}/approval-policy`, { rules: [{ tool: 'shell', action: 'ask' }] })).status).toBe(200);
+    const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, query: 'old agent' });
+    const hb = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/workers/heartbeat', { workspace_id: ws, worker_id: 'old-agent', status: 'ready', metadata: {} });
+    const assigned = hb.body.assigned_run as { run_id: string; lease_id: string };
+    expect(assigned.run_id).toBe(run.body.run.run_id);
+    const proposed = await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${assigned.run_id}/approvals`, {
+      worker_id: 'old-agent', lease_id: assigned.lease_id, calls: [{ call_id: 'c1', tool_name: 'shell', arguments: '{"command":"ls"}' }],
+    });
+    const verdict = (proposed.body.verdicts as { action: string; approval_id: string }[])[0]!;
+    expect(verdict.action).toBe('ask');
+    const refused = await httpClient(stack.url).post<{ error: { message: string } }>(`/api/approvals/${verdict.approval_id}/decision`, { approved: true, modifier: { command: 'pwd' } });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.message).toContain('the vm-agent sent none');
+    // A schema that is not one is refused when proposed, and nothing is asked.
+    const bad = await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${assigned.run_id}/approvals`, {
+      worker_id: 'old-agent', lease_id: assigned.lease_id, calls: [{ call_id: 'c2', tool_name: 'shell', arguments: '{}', parameters_schema: { type: 'nonsense' } }],
+    });
+    expect(bad.status).toBe(400);
+    expect((await httpClient(stack.url).get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=${ws}&run_id=${assigned.run_id}`)).body.approvals).toHaveLength(1);
+  });
+
+  it('stop-all cancels a run\'s pending approval; another workspace\'s key sees 404; a modifier the schema refuses or task scope is 400', async () => {
     const runId = await startRun(`Echo ${SHELL}`);
     const ask = await pendingOf(runId);
     const other = httpClient(stack.url, OTHER_KEY);
     expect((await other.get(`/api/approvals/${ask.approval_id}`)).status).toBe(404);
     expect((await other.post(`/api/approvals/${ask.approval_id}/decision`, { approved: true })).status).toBe(404);
-    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true, modifier: { command: 'ls' } })).status).toBe(400);
+    expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true, modifier: { command: '' } })).status).toBe(400);
     expect((await second().post(`/api/approvals/${ask.approval_id}/decision`, { approved: true, scope: 'task' })).status).toBe(400);
     expect((await second().get<{ approval: Approval }>(`/api/approvals/${ask.approval_id}`)).body.approval.status).toBe('pending');
 

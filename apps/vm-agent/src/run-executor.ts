@@ -235,6 +235,7 @@ class ActiveRun {
     try {
       const runDir = join(config.workdir, this.runId);
       await mkdir(runDir, { recursive: true });
+      const tools = vmTools(runDir, { shellTimeoutMs: config.shellTimeoutMs });
       return await runAgent({
         client: model,
         // Paused or overridden time does not count against VM_AGENT_RUN_TIMEOUT_MS.
@@ -243,13 +244,13 @@ class ActiveRun {
           role: this.assigned.agent_id || 'vm',
           instructions: INSTRUCTIONS,
           model: config.model,
-          tools: vmTools(runDir, { shellTimeoutMs: config.shellTimeoutMs }).map((tool) => this.reportingResults(tool)),
+          tools: tools.map((tool) => this.reportingResults(tool)),
           maxTurns: config.maxTurns,
           timeoutMs: config.runTimeoutMs,
         },
         input: this.assigned.query,
         signal: this.controller.signal,
-        gate: (calls) => this.approvals(calls),
+        gate: (calls) => this.approvals(calls, tools),
         ...(this.deps.observer && { observer: this.deps.observer }),
         hooks: {
           onTurn: (turn) => this.onTurn(turn),
@@ -269,13 +270,19 @@ class ActiveRun {
    * Asks the gateway about a turn's tool calls before they run (the workspace's approval policy). For each
    * `ask` the call waits here, polling its approval until someone decides it or its deadline passes (the gateway
    * expires it then); the wait holds nothing on the gateway and does not count against the run's time budget.
-   * Returns per call null (run it) or why not (the model sees `error: tool call denied: <why>`).
+   * Each call goes with its tool's parameter schema, so an approver may amend its arguments (a modifier).
+   * Returns per call null (run it), why not (the model sees `error: tool call denied: <why>`), or the approver's
+   * amended arguments to run it with.
    */
-  private async approvals(calls: ChatCompletionMessageFunctionToolCall[]): Promise<(string | null)[]> {
+  private async approvals(calls: ChatCompletionMessageFunctionToolCall[], tools: readonly AgentTool[]): Promise<(string | null | { arguments: string })[]> {
     const { client, config } = this.deps;
     // The calls' tool-call events reach the log before their approval-requested events.
     await this.relay.drain();
-    const proposed = calls.map((c) => ({ call_id: c.id, tool_name: c.function.name, arguments: c.function.arguments }));
+    const schemas = new Map(tools.map((t) => [t.name, t.parameters]));
+    const proposed = calls.map((c) => {
+      const schema = schemas.get(c.function.name);
+      return { call_id: c.id, tool_name: c.function.name, arguments: c.function.arguments, ...(schema && { parameters_schema: schema }) };
+    });
     const verdicts = await client.proposeCalls(this.runId, config.workerId, this.leaseId, proposed);
     const asks = verdicts.filter((v) => v.action === 'ask');
     if (asks.length > 0) {
@@ -292,7 +299,8 @@ class ActiveRun {
             if (isUnavailable(err)) return null;
             throw err;
           });
-          if (a && a.status !== 'pending') return a.status === 'approved' ? null : a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
+          if (a?.status === 'approved') return a.modifier ? { arguments: a.modifier } : null;
+          if (a && a.status !== 'pending') return a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
           // Poll faster near the deadline, so an expiry is seen soon after it.
           await sleep(Math.max(50, Math.min(APPROVAL_POLL_MS, v.expires_at - Date.now() + 10)), undefined, { signal: this.controller.signal });
         }

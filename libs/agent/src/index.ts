@@ -19,4 +19,4 @@ export { createModelClient } from './model-client.ts';
 export type { ModelClientOptions } from './model-client.ts';
 export { builtinTools, resolveTools, UnknownToolError, MAX_WAIT_MS } from './tools/builtin.ts';
 export { evaluateArithmetic, CalculationError } from './tools/calculate.ts';
-export { argumentsProblem } from './tools/arguments.ts';
+export { argumentsProblem, schemaProblem } from './tools/arguments.ts';

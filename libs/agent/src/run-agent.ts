@@ -115,10 +115,16 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     }
     if (signal.aborted) return aborted();
     // The gate may deny calls, or throw to park the loop here (the caller keeps the snapshot and resumes later).
-    const denials = opts.gate
+    const verdicts = opts.gate
       ? await opts.gate(turn.toolCalls, { messages: [...messages], usage: { ...usage }, turns, toolCalls: turn.toolCalls })
       : [];
-    const stopped = await toolStep(turn.toolCalls, denials);
+    const calls = turn.toolCalls.map((call, i) => {
+      const v = verdicts[i];
+      return v && typeof v === 'object' ? { ...call, function: { ...call.function, arguments: v.arguments } } : call;
+    });
+    // The transcript's call is the one that runs, so the model's next turn sees the amended arguments.
+    if (calls.some((c, i) => c !== turn.toolCalls[i])) messages[messages.length - 1] = { role: 'assistant', content: turn.content || null, tool_calls: calls };
+    const stopped = await toolStep(calls, verdicts.map((v) => (typeof v === 'string' ? v : null)));
     if (stopped) return stopped;
     endTurn();
   }

@@ -62,10 +62,11 @@ export interface AgentSnapshot {
 }
 
 /**
- * Decides a turn's tool calls before they run: per call, null (run it) or a denial reason the model sees as a
- * tool error. Throwing stops the loop (runAgent rethrows): that is how a caller parks it at `snapshot`.
+ * Decides a turn's tool calls before they run: per call, null (run it), a denial reason the model sees as a
+ * tool error, or `{arguments}` (run it with these, an approver's amended arguments: JSON text). Throwing stops the
+ * loop (runAgent rethrows): that is how a caller parks it at `snapshot`.
  */
-export type ToolGate = (calls: ChatCompletionMessageFunctionToolCall[], snapshot: AgentSnapshot) => Promise<(string | null)[]>;
+export type ToolGate = (calls: ChatCompletionMessageFunctionToolCall[], snapshot: AgentSnapshot) => Promise<(string | null | { arguments: string })[]>;
 
 export interface RunAgentOptions {
   /** Asked before each turn's tools run. */

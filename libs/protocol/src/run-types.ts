@@ -165,6 +165,11 @@ export interface ProposedCall {
   call_id: string;
   tool_name: string;
   arguments: string;
+  /**
+   * The tool's parameter schema (JSON Schema of its arguments), so an approver may amend them (a modifier is
+   * checked against it). Agents that do not send it get approvals without modifiers.
+   */
+  parameters_schema?: Record<string, unknown>;
 }
 
 /** What the policy says about one call: run it, refuse it (the model gets the reason), or wait for `approval_id`. */
@@ -179,4 +184,6 @@ export interface RunApproval {
   status: 'pending' | 'approved' | 'denied' | 'expired' | 'cancelled';
   decision_reason?: string;
   expires_at: number;
+  /** The amended arguments (JSON text) an approver let the call run with instead of the proposed ones. */
+  modifier?: string;
 }

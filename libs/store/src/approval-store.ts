@@ -39,6 +39,8 @@ export interface ApprovalRecord {
   order?: number;
   /** A VM run's approval: the run (task_id is '' and worker_id the VM worker that asked). */
   run_id?: string;
+  /** A VM run's call: its tool's parameter schema (JSON text) as the vm-agent sent it, which a modifier must fit. */
+  parameters_schema?: string;
 }
 
 /** One entry of a workspace's approvals inbox log: a record as it was at one of its transitions. */

@@ -158,9 +158,11 @@ export class ApprovalService {
     }
     const runId = runOfApproval(approvalId);
     if (runId) {
-      // The vm-agent polls the approval and goes on once it is decided: nothing to wake here.
-      const { approved, reason } = decision;
-      return this.storeDecision(approvalId, () => this.deps.runs.decideApproval(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal)));
+      // The vm-agent polls the approval and goes on once it is decided (with the modifier): nothing to wake here.
+      const { approved, reason, modifier } = decision;
+      return this.storeDecision(approvalId, () => this.deps.runs.decideApproval(
+        approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), modifier && JSON.stringify(modifier),
+      ));
     }
     const { approved, reason, modifier, scope } = decision;
     const decided = await this.storeDecision(approvalId, () => this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), {
@@ -230,7 +232,6 @@ export class ApprovalService {
   private checkDecision(record: ApprovalView, decision: Decision): void {
     const ofRun = 'run_id' in record && record.run_id !== undefined;
     if (ofRun && (decision.scope ?? 'once') !== 'once') throw new ApiError('invalid_argument', 'a VM run\'s approval takes scope "once" only');
-    if (ofRun && decision.modifier !== undefined) throw new ApiError('invalid_argument', 'a VM run\'s approval cannot be amended with a modifier (its tools\' schemas live on the VM)');
     const ofSession = 'session_id' in record;
     if (ofSession && decision.scope === 'task') throw new ApiError('invalid_argument', 'scope "task" applies to a team worker\'s approvals; this one is a session\'s (use "session")');
     if (!ofSession && decision.scope === 'session') throw new ApiError('invalid_argument', 'scope "session" applies to a session\'s approvals; this one is a team worker\'s (use "task")');
@@ -238,9 +239,12 @@ export class ApprovalService {
     if (!decision.approved) throw new ApiError('invalid_argument', 'a modifier amends the arguments of an approved call; a denial takes none');
     // A session's tools (its client tools' schemas included) are the session's: its engine checks the modifier.
     if (ofSession) return;
-    const known = Object.hasOwn(builtinTools, record.tool_name) ? builtinTools[record.tool_name] : undefined;
-    if (!known) throw new ApiError('invalid_argument', `no argument schema is known for ${record.tool_name}, so its arguments cannot be amended`);
-    const problem = argumentsProblem(record.tool_name, known.parameters, decision.modifier);
+    // A VM run's tools live on the VM: the vm-agent sent the schema with the call (an older one did not).
+    const schema = ofRun
+      ? (record.parameters_schema === undefined ? undefined : JSON.parse(record.parameters_schema) as Record<string, unknown>)
+      : (Object.hasOwn(builtinTools, record.tool_name) ? builtinTools[record.tool_name]!.parameters : undefined);
+    if (!schema) throw new ApiError('invalid_argument', `no argument schema is known for ${record.tool_name}${ofRun ? ' (the vm-agent sent none)' : ''}, so its arguments cannot be amended`);
+    const problem = argumentsProblem(record.tool_name, schema, decision.modifier);
     if (problem) throw new ApiError('invalid_argument', `modifier ${problem}`);
   }
 

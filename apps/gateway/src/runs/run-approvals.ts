@@ -1,8 +1,11 @@
+import { schemaProblem } from '@cadre/agent';
 import { evaluatePolicy, newRunApprovalId, StoreError, type ApprovalRecord, type ApprovalStore, type RunStore } from '@cadre/store';
 import type { Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CallVerdict, ProposedCall } from '@cadre/protocol';
 
+/** A tool's parameter schema a vm-agent may send with a proposed call (the session API's client tool limit). */
+const MAX_SCHEMA_BYTES = 32_768;
 
 /**
  * Approvals of VM runs. The vm-agent runs the agent loop on the VM, so it is the one that waits: it asks here
@@ -21,6 +24,13 @@ export class RunApprovals {
   /** The holder's proposed calls (the model's order) → verdicts; asks become pending approvals in the run's log. */
   async propose(principal: Principal, runId: string, holder: { worker_id: string; lease_id: string }, calls: readonly ProposedCall[]): Promise<CallVerdict[]> {
     const ws = await this.workspaceOf(principal, runId);
+    const schemas = calls.map((call, i) => {
+      if (call.parameters_schema === undefined) return undefined;
+      const text = JSON.stringify(call.parameters_schema);
+      const problem = text.length > MAX_SCHEMA_BYTES ? `is larger than ${MAX_SCHEMA_BYTES} bytes` : schemaProblem(call.parameters_schema);
+      if (problem) throw new ApiError('invalid_argument', `calls[${i}].parameters_schema ${problem}`);
+      return text;
+    });
     const rules = (await this.deps.approvals.getPolicy(ws)).rules;
     const now = Date.now();
     const records: ApprovalRecord[] = [];
@@ -30,7 +40,7 @@ export class RunApprovals {
       const record: ApprovalRecord = {
         approval_id: newRunApprovalId(runId), workspace_id: ws, task_id: '', run_id: runId, worker_id: holder.worker_id, call_id: call.call_id,
         tool_name: call.tool_name, arguments: call.arguments, reason: v.reason, timeout_secs: v.timeout_secs, status: 'pending',
-        created_at: now, expires_at: now + v.timeout_secs * 1000, order,
+        created_at: now, expires_at: now + v.timeout_secs * 1000, order, ...(schemas[order] !== undefined && { parameters_schema: schemas[order] }),
       };
       records.push(record);
       return { call_id: call.call_id, action: 'ask', approval_id: record.approval_id, reason: v.reason, timeout_secs: v.timeout_secs, expires_at: record.expires_at };

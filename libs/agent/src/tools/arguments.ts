@@ -6,6 +6,12 @@ const ajv = new Ajv({ allErrors: false, strict: false });
 // with its object, and Ajv's own cache lets go of it at once (removeSchema) so it does not grow.
 const compiled = new WeakMap<object, ValidateFunction>();
 
+/** Why `schema` is not a JSON schema Ajv can check arguments against, or null when it is. */
+export function schemaProblem(schema: unknown): string | null {
+  if (!schema || typeof schema !== 'object' || Array.isArray(schema)) return 'must be a JSON object';
+  return (ajv.validateSchema(schema) as boolean) ? null : `is not a valid JSON schema: ${ajv.errorsText(ajv.errors, { dataVar: 'schema' }).slice(0, 200)}`;
+}
+
 /**
  * Why `args` cannot be a call's arguments under the tool's JSON schema (an approver's modifier), or null when
  * they fit: a predicate phrase naming the first problem and where it is ("does not fit calculate's arguments: …").

@@ -102,6 +102,7 @@ export const approvalSchema = {
     decision_reason: { type: 'string' },
     modifier: { type: 'string' },
     scope: { type: 'string', enum: [...APPROVAL_SCOPES] },
+    parameters_schema: { type: 'string' },
   },
 } as const;
 

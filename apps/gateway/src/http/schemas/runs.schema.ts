@@ -134,7 +134,11 @@ export const proposeBody = {
         type: 'object',
         additionalProperties: false,
         required: ['call_id', 'tool_name', 'arguments'],
-        properties: { call_id: { type: 'string', minLength: 1, maxLength: 200 }, tool_name: { type: 'string', minLength: 1, maxLength: 128 }, arguments: { type: 'string', maxLength: 100_000 } },
+        properties: {
+          call_id: { type: 'string', minLength: 1, maxLength: 200 }, tool_name: { type: 'string', minLength: 1, maxLength: 128 }, arguments: { type: 'string', maxLength: 100_000 },
+          // The tool's JSON schema, so an approver may amend the arguments (checked by the service; size-capped there).
+          parameters_schema: { type: 'object' },
+        },
       },
     },
   },
