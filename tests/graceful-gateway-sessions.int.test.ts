@@ -3,8 +3,9 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { TEST_API_KEY, assertContiguous, grpcClient, httpClient, waitUntil } from '@cadre/testing';
-import type { SessionResponse } from '@cadre/protocol';
+import { kontekst, type SessionResponse } from '@cadre/protocol';
 import { SessionStream, sessionEvents, type SessionLogEvent } from './support/session-client.ts';
+import { Scrape } from './support/prometheus.ts';
 import { readSse } from './support/sse.ts';
 import { TestStack } from './support/stack.ts';
 
@@ -62,6 +63,16 @@ class WindieClient {
   }
 }
 
+/** A kontekst Run call that sends nothing; resolves with the status that ends it. */
+function idleKontekstRun(port: number): { client: grpc.Client; status: Promise<grpc.StatusObject> } {
+  const client = new kontekst.AgentServiceClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const metadata = new grpc.Metadata();
+  metadata.set('authorization', `Bearer ${TEST_API_KEY}`);
+  const call = client.run(metadata);
+  const status = new Promise<grpc.StatusObject>((resolve) => call.on('error', resolve).on('status', resolve));
+  return { client, status };
+}
+
 describe('gateway SIGTERM with session streams open', () => {
   it('ends StreamSession (UNAVAILABLE), SSE (error event) and /ws (1001) resumably; the turns finish; resumed clients miss nothing and see nothing twice', async () => {
     const leaving = await stack.spawnGatewayProcess({ WORKER_CONCURRENCY: '24' });
@@ -90,9 +101,15 @@ describe('gateway SIGTERM with session streams open', () => {
         await socket.query(LONG, `conv-${i}`);
         return socket;
       }));
-      // And a socket with no conversation yet.
+      // And calls with no session yet: a socket, a StreamSession and a kontekst Run that have sent nothing.
       const idle = new WindieClient(leaving.port);
       await idle.handshake();
+      const idleStream = new SessionStream(leavingGrpc);
+      const idleRun = idleKontekstRun(leaving.port);
+      await waitUntil('the idle calls to be open', async () => {
+        const scrape = await Scrape.of(`${leaving.url}/metrics`);
+        return scrape.value('cadre_sessions_open', { protocol: 'roz' }) === GRPC_SESSIONS + 1 && scrape.value('cadre_sessions_open', { protocol: 'kontekst' }) === 1;
+      });
       // Every stream has its answer flowing when the signal comes.
       for (const { call } of grpcCalls) await call.waitForCase('textDelta');
       for (const socket of sockets) await waitUntil('the /ws answer to stream', () => socket.messages.some((m) => m.type === 'streaming-response'));
@@ -100,6 +117,9 @@ describe('gateway SIGTERM with session streams open', () => {
       const exited = new Promise<number | null>((resolve) => leaving.child.once('exit', resolve));
       leaving.child.kill('SIGTERM');
       expect(await exited).toBe(0);
+
+      for (const idleCall of [await idleStream.status, await idleRun.status]) expect(idleCall).toMatchObject({ code: grpc.status.UNAVAILABLE, details: 'gateway is shutting down' });
+      idleRun.client.close();
 
       // gRPC: a status the client retries on, after what the gateway had; resumes on the other gateway from its cursor.
       for (const { call, sessionId } of grpcCalls) {

@@ -14,6 +14,9 @@ export type ApiErrorCode =
   | 'resource_exhausted'
   | 'unavailable';
 
+/** What every stream a draining gateway ends says (gRPC UNAVAILABLE, /ws close 1001; the fan-out's watchers say the same). */
+export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
+
 export class ApiError extends Error {
   readonly code: ApiErrorCode;
   constructor(code: ApiErrorCode, message: string) {

@@ -100,9 +100,11 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     name: 'cadre_sessions_open', help: 'Open session connections on this gateway by protocol: roz (StreamSession), kontekst (Run), ws (WindieOS /ws), sse (a session\'s event stream, as the board and cadre rpc follow it)',
     labelNames: ['protocol'], registers: [metrics], collect() { this.set({ protocol: 'sse' }, sse.count('session')); },
   });
+  // Aborted when the gateway starts to drain: session calls end at once, started or not, with a status to retry on.
+  const draining = new AbortController();
   const sessionConnections = (protocol: 'roz' | 'kontekst' | 'ws') => {
     sessionsOpen.set({ protocol }, 0);
-    return { onOpen: () => sessionsOpen.inc({ protocol }), onClose: () => sessionsOpen.dec({ protocol }) };
+    return { onOpen: () => sessionsOpen.inc({ protocol }), onClose: () => sessionsOpen.dec({ protocol }), draining: draining.signal };
   };
   new Gauge({
     name: 'cadre_sessions_parked', help: 'Session turns parked, waiting on client tools or approvals (cluster-wide)', registers: [metrics],
@@ -138,7 +140,6 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   new Counter({ name: 'cadre_run_lease_expiries_total', help: 'Run leases expired (worker stopped heartbeating) by this gateway\'s heartbeats and sweeps', registers: [metrics], collect() { this.reset(); this.inc(runStore.leaseExpiries); } });
   new Counter({ name: 'cadre_run_requeues_total', help: 'Runs put back in their queue after a lease expiry by this gateway', registers: [metrics], collect() { this.reset(); this.inc(runStore.requeues); } });
 
-  let draining = false;
   const http = buildHttpApp({
     logger,
     auth,
@@ -157,7 +158,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     wsSockets: sessionConnections('ws'),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.
-    isReady: async () => !draining && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',
+    isReady: async () => !draining.signal.aborted && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',
   });
   await http.ready();
   const grpc = createGrpcServer({
@@ -194,7 +195,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   async function drain(): Promise<void> {
     // Drain: fail readiness and health first, stop accepting, end open streams with a resumable status
     // (clients resume from their last seq on another replica), then close servers and connections.
-    draining = true;
+    draining.abort();
     sweeper.stop();
     enqueueSweeper.stop();
     grpc.health.setNotServing();

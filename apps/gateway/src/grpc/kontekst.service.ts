@@ -6,7 +6,7 @@ import { SessionEngineError, type SessionEngine } from '@cadre/session';
 import type { LogWatcher } from '@cadre/store';
 import { keyName } from '../approvals/approval-service.ts';
 import type { Authenticator, Principal } from '../auth.ts';
-import { grpcStatusOf, toApiError } from '../errors.ts';
+import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
 
 export interface KontekstRunDeps {
@@ -17,6 +17,8 @@ export interface KontekstRunDeps {
   approvalTimeoutSecs: number;
   onOpen(): void;
   onClose(): void;
+  /** Aborted when the gateway drains: the call ends UNAVAILABLE, whether or not its run has started. */
+  draining: AbortSignal;
 }
 
 type Call = grpc.ServerDuplexStream<kontekst.RunCommand, kontekst.RunEvent>;
@@ -64,6 +66,7 @@ class RunCall {
 
   open(): void {
     this.deps.onOpen();
+    this.deps.draining.addEventListener('abort', this.drain, { once: true });
     this.call.on('data', (command: kontekst.RunCommand) => {
       this.chain = this.chain.then(() => this.handle(command)).catch((err: unknown) => this.fail(err));
     });
@@ -246,9 +249,13 @@ class RunCall {
     if (!this.call.cancelled) this.call.end();
   }
 
+  /** The gateway drains: the run goes on on the workers; the client may resume its session elsewhere. */
+  private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
+
   private stop(): void {
     if (this.done) return;
     this.done = true;
+    this.deps.draining.removeEventListener('abort', this.drain);
     void this.watcher?.return();
     this.deps.onClose();
   }

@@ -5,7 +5,7 @@ import { SessionEngineError, type SessionEngine } from '@cadre/session';
 import type { LogWatcher } from '@cadre/store';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
-import { grpcStatusOf, toApiError } from '../errors.ts';
+import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
 import { sessionError, startInput, toolInputs, toolRequest, toSessionResponse } from './session-frames.ts';
 
@@ -17,6 +17,8 @@ export interface SessionStreamDeps {
   keepaliveMs: number;
   onOpen(): void;
   onClose(): void;
+  /** Aborted when the gateway drains: the call ends UNAVAILABLE, whether or not it has started a session. */
+  draining: AbortSignal;
 }
 
 type Call = grpc.ServerDuplexStream<SessionRequest, SessionResponse>;
@@ -49,6 +51,7 @@ class SessionCall {
 
   open(): void {
     this.deps.onOpen();
+    this.deps.draining.addEventListener('abort', this.drain, { once: true });
     this.call.on('data', (request: SessionRequest) => {
       this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
     });
@@ -225,9 +228,13 @@ class SessionCall {
     if (!this.call.cancelled) this.call.end();
   }
 
+  /** The gateway drains: end with a status the client retries on another gateway (from its last seq). */
+  private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
+
   private stop(): void {
     if (this.done) return;
     this.done = true;
+    this.deps.draining.removeEventListener('abort', this.drain);
     clearTimeout(this.keepalive);
     void this.watcher?.return();
     this.deps.onClose();

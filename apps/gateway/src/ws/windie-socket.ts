@@ -4,7 +4,7 @@ import type { Logger } from '@cadre/observability';
 import type { SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, clientTools, type SessionEngine, type ToolInput } from '@cadre/session';
 import { WatchClosedError, sessionOfApproval, type LogWatcher } from '@cadre/store';
-import { ApiError } from '../errors.ts';
+import { ApiError, GATEWAY_SHUTTING_DOWN } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
 import {
@@ -26,7 +26,6 @@ export interface WindieSocketDeps {
 const POLICY_VIOLATION = 1008;
 /** RFC 6455 "going away": the gateway drains; the client reconnects (to another gateway) and goes on. */
 export const GOING_AWAY = 1001;
-export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
 // Parts of WindieOS that live on the desktop or in its own services, not in an agent runtime.
 const OUTSIDE_CADRE: Record<string, string> = {
   'wakeword-detected': 'wakeword detection',

@@ -1,6 +1,7 @@
 import websocket from '@fastify/websocket';
 import type { FastifyPluginAsync } from 'fastify';
-import { GATEWAY_SHUTTING_DOWN, GOING_AWAY, WindieSocket, type WindieSocketDeps } from './windie-socket.ts';
+import { GATEWAY_SHUTTING_DOWN } from '../errors.ts';
+import { GOING_AWAY, WindieSocket, type WindieSocketDeps } from './windie-socket.ts';
 
 /** 10 MB, the reference's message limit. */
 const MAX_MESSAGE_BYTES = 10 * 1024 * 1024;
