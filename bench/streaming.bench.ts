@@ -87,7 +87,7 @@ async function main(): Promise<void> {
         return { first_p50: c.first_delta.p50_ms - r.first_delta.p50_ms, lag_p99: c.chunk_lag.p99_ms - r.chunk_lag.p99_ms };
       });
       added[`at_${sessions}`] = pairs;
-      note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${median(pairs.map((p) => p.first_p50))} / ${median(pairs.map((p) => p.lag_p99))}`);
+      note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${round(median(pairs.map((p) => p.first_p50)), 1)} / ${round(median(pairs.map((p) => p.lag_p99)), 1)}`);
     }
     note(loadText());
     saveResults('streaming', { prompt: PROMPT, chunk_delay_ms: CHUNK_DELAY_MS, samples, added });
