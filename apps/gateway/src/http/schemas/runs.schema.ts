@@ -3,6 +3,7 @@
 // are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
 import { CONTROL_ACTIONS, CONTROL_MODES, RUN_STATUSES } from '@cadre/protocol';
 import { approvalResponse } from './approvals.schema.ts';
+import { closedObject } from './closed-object.ts';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 /** An Optional[str] of the original: a string, null, or absent. */
@@ -158,133 +159,77 @@ export const runApprovalParams = {
 const nullableText = { type: ['string', 'null'] } as const;
 const anyObject = { type: 'object', additionalProperties: true } as const;
 
-const runFile = {
-  type: 'object', additionalProperties: false,
-  required: ['artifact_id', 'filename', 'content_type'],
-  properties: { artifact_id: { type: 'string' }, filename: nullableText, content_type: nullableText },
-} as const;
+const runFile = closedObject({ artifact_id: { type: 'string' }, filename: nullableText, content_type: nullableText });
 
-const runWorker = {
-  type: 'object', additionalProperties: false,
-  required: ['worker_id', 'vm_id', 'session_id', 'agent_id', 'user_id', 'status', 'metadata', 'last_heartbeat_at'],
-  properties: {
-    worker_id: { type: 'string' }, vm_id: nullableText, session_id: nullableText, agent_id: nullableText, user_id: nullableText,
-    status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' },
-  },
-} as const;
+const runWorker = closedObject({
+  worker_id: { type: 'string' }, vm_id: nullableText, session_id: nullableText, agent_id: nullableText, user_id: nullableText,
+  status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' },
+});
 
-export const runSchema = {
-  type: 'object', additionalProperties: false,
-  required: [
-    'run_id', 'workspace_id', 'agent_id', 'query', 'requested_by', 'files', 'metadata', 'conversation_ref', 'query_message_id', 'status',
-    'control_mode', 'worker', 'created_at', 'updated_at', 'last_heartbeat_at', 'last_event_seq', 'attempts', 'assigned_at', 'dispatched_at',
-    'finished_at', 'error',
-  ],
-  properties: {
-    run_id: { type: 'string' },
-    workspace_id: { type: 'string' },
-    agent_id: nullableText,
-    query: { type: 'string' },
-    requested_by: nullableText,
-    files: { type: 'array', items: runFile },
-    metadata: anyObject,
-    conversation_ref: { type: 'string' },
-    query_message_id: nullableText,
-    status: { type: 'string', enum: [...RUN_STATUSES] },
-    control_mode: { type: 'string', enum: [...CONTROL_MODES] },
-    worker: { anyOf: [runWorker, { type: 'null' }] },
-    created_at: { type: 'string' },
-    updated_at: { type: 'string' },
-    last_heartbeat_at: nullableText,
-    last_event_seq: { type: 'integer' },
-    attempts: { type: 'integer' },
-    assigned_at: nullableText,
-    dispatched_at: nullableText,
-    finished_at: nullableText,
-    error: nullableText,
-  },
-} as const;
+export const runSchema = closedObject({
+  run_id: { type: 'string' },
+  workspace_id: { type: 'string' },
+  agent_id: nullableText,
+  query: { type: 'string' },
+  requested_by: nullableText,
+  files: { type: 'array', items: runFile },
+  metadata: anyObject,
+  conversation_ref: { type: 'string' },
+  query_message_id: nullableText,
+  status: { type: 'string', enum: [...RUN_STATUSES] },
+  control_mode: { type: 'string', enum: [...CONTROL_MODES] },
+  worker: { anyOf: [runWorker, { type: 'null' }] },
+  created_at: { type: 'string' },
+  updated_at: { type: 'string' },
+  last_heartbeat_at: nullableText,
+  last_event_seq: { type: 'integer' },
+  attempts: { type: 'integer' },
+  assigned_at: nullableText,
+  dispatched_at: nullableText,
+  finished_at: nullableText,
+  error: nullableText,
+});
 
-export const runEventSchema = {
-  type: 'object', additionalProperties: false,
-  required: ['seq', 'timestamp', 'event_type', 'source', 'payload'],
-  properties: { seq: { type: 'integer' }, timestamp: { type: 'string' }, event_type: { type: 'string' }, source: { type: 'string' }, payload: {} },
-} as const;
+export const runEventSchema = closedObject({ seq: { type: 'integer' }, timestamp: { type: 'string' }, event_type: { type: 'string' }, source: { type: 'string' }, payload: {} });
 
-export const createRunResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['run', 'events'],
-  properties: { run: runSchema, events: { type: 'array', items: runEventSchema } },
-} as const;
+export const createRunResponse = closedObject({ run: runSchema, events: { type: 'array', items: runEventSchema } });
 
-export const runListResponse = { type: 'object', additionalProperties: false, required: ['runs'], properties: { runs: { type: 'array', items: runSchema } } } as const;
+export const runListResponse = closedObject({ runs: { type: 'array', items: runSchema } });
 
 /** A write to one run: the run after it and the event it appended. */
-export const runWithEventResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['run', 'latest_event'],
-  properties: { run: runSchema, latest_event: runEventSchema },
-} as const;
+export const runWithEventResponse = closedObject({ run: runSchema, latest_event: runEventSchema });
 
-export const relayResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['run', 'latest_event', 'last_seq'],
-  properties: { ...runWithEventResponse.properties, last_seq: { type: 'integer' } },
-} as const;
+export const relayResponse = closedObject({ ...runWithEventResponse.properties, last_seq: { type: 'integer' } });
 
-export const runEventsResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['run_id', 'events', 'next_after_seq'],
-  properties: { run_id: { type: 'string' }, events: { type: 'array', items: runEventSchema }, next_after_seq: { type: 'integer' } },
-} as const;
+export const runEventsResponse = closedObject({ run_id: { type: 'string' }, events: { type: 'array', items: runEventSchema }, next_after_seq: { type: 'integer' } });
 
-const assignedRun = {
-  type: 'object', additionalProperties: false,
-  required: ['run_id', 'workspace_id', 'agent_id', 'conversation_ref', 'query', 'requested_by', 'files', 'metadata', 'control_mode', 'lease_id'],
-  properties: {
-    run_id: { type: 'string' }, workspace_id: { type: 'string' }, agent_id: nullableText, conversation_ref: { type: 'string' }, query: { type: 'string' },
-    requested_by: nullableText, files: { type: 'array', items: runFile }, metadata: anyObject, control_mode: { type: 'string', enum: [...CONTROL_MODES] },
-    lease_id: { type: 'string' },
-  },
-} as const;
+const assignedRun = closedObject({
+  run_id: { type: 'string' }, workspace_id: { type: 'string' }, agent_id: nullableText, conversation_ref: { type: 'string' }, query: { type: 'string' },
+  requested_by: nullableText, files: { type: 'array', items: runFile }, metadata: anyObject, control_mode: { type: 'string', enum: [...CONTROL_MODES] },
+  lease_id: { type: 'string' },
+});
 
-const controlCommand = {
-  type: 'object', additionalProperties: false,
-  required: ['command_id', 'run_id', 'action', 'control_mode', 'requested_by', 'created_at'],
-  properties: {
-    command_id: { type: 'string' }, run_id: { type: 'string' }, action: { type: 'string', enum: [...CONTROL_ACTIONS] },
-    control_mode: { type: 'string', enum: [...CONTROL_MODES] }, requested_by: nullableText, created_at: { type: 'string' },
-  },
-} as const;
+const controlCommand = closedObject({
+  command_id: { type: 'string' }, run_id: { type: 'string' }, action: { type: 'string', enum: [...CONTROL_ACTIONS] },
+  control_mode: { type: 'string', enum: [...CONTROL_MODES] }, requested_by: nullableText, created_at: { type: 'string' },
+});
 
-export const heartbeatResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['worker', 'assigned_run', 'control_commands', 'heartbeat_interval_ms'],
-  properties: {
-    worker: {
-      type: 'object', additionalProperties: false,
-      required: ['worker_id', 'workspace_id', 'vm_id', 'user_id', 'session_id', 'agent_id', 'status', 'metadata', 'last_heartbeat_at', 'current_run_id'],
-      properties: {
-        worker_id: { type: 'string' }, workspace_id: { type: 'string' }, vm_id: nullableText, user_id: nullableText, session_id: nullableText,
-        agent_id: nullableText, status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' }, current_run_id: nullableText,
-      },
-    },
-    assigned_run: { anyOf: [assignedRun, { type: 'null' }] },
-    control_commands: { type: 'array', items: controlCommand },
-    heartbeat_interval_ms: { type: 'integer' },
-  },
-} as const;
+export const heartbeatResponse = closedObject({
+  worker: closedObject({
+    worker_id: { type: 'string' }, workspace_id: { type: 'string' }, vm_id: nullableText, user_id: nullableText, session_id: nullableText,
+    agent_id: nullableText, status: { type: 'string' }, metadata: anyObject, last_heartbeat_at: { type: 'string' }, current_run_id: nullableText,
+  }),
+  assigned_run: { anyOf: [assignedRun, { type: 'null' }] },
+  control_commands: { type: 'array', items: controlCommand },
+  heartbeat_interval_ms: { type: 'integer' },
+});
 
-export const stopAllResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['workspace_id', 'stopped_run_ids', 'count', 'stopped_task_ids'],
-  properties: {
-    workspace_id: nullableText,
-    stopped_run_ids: { type: 'array', items: { type: 'string' } },
-    count: { type: 'integer' },
-    stopped_task_ids: { type: 'array', items: { type: 'string' } },
-  },
-} as const;
+export const stopAllResponse = closedObject({
+  workspace_id: nullableText,
+  stopped_run_ids: { type: 'array', items: { type: 'string' } },
+  count: { type: 'integer' },
+  stopped_task_ids: { type: 'array', items: { type: 'string' } },
+});
 
 const verdict = {
   type: 'object', additionalProperties: false,
@@ -299,6 +244,6 @@ const verdict = {
   },
 } as const;
 
-export const proposeResponse = { type: 'object', additionalProperties: false, required: ['verdicts'], properties: { verdicts: { type: 'array', items: verdict } } } as const;
+export const proposeResponse = closedObject({ verdicts: { type: 'array', items: verdict } });
 
 export const runApprovalResponse = approvalResponse;

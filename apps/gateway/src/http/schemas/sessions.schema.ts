@@ -2,6 +2,7 @@
 // exit_code/success rule) are the session engine's, so every edge refuses the same things.
 import { INTERRUPT_MODES, SESSION_STATUSES, STEERING_MODES } from '@cadre/protocol';
 import { approvalPolicySchema } from './tasks.schema.ts';
+import { closedObject } from './closed-object.ts';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
 
@@ -58,10 +59,7 @@ export const messageBody = {
     images: {
       type: 'array',
       maxItems: 16,
-      items: {
-        type: 'object', additionalProperties: false, required: ['mime_type', 'data'],
-        properties: { mime_type: { type: 'string', maxLength: 100 }, data: { type: 'string', minLength: 1 } },
-      },
+      items: closedObject({ mime_type: { type: 'string', maxLength: 100 }, data: { type: 'string', minLength: 1 } }),
     },
     /** While a turn runs: queue the message as a steer or a follow-up instead of refusing it (409). */
     streaming_behavior: { enum: ['steer', 'follow_up'] },
@@ -148,51 +146,39 @@ export const modesBody = {
 // Response schemas (see tasks.schema.ts): every field a handler returns is named, so none is dropped.
 
 const str = { type: 'string' } as const;
-const queuedInput = { type: 'object', additionalProperties: false, required: ['input_id', 'content', 'queued_at'], properties: { input_id: str, content: str, queued_at: str } } as const;
+const queuedInput = closedObject({ input_id: str, content: str, queued_at: str });
 
-export const sessionSchema = {
-  type: 'object', additionalProperties: false,
-  required: [
-    'session_id', 'workspace_id', 'status', 'model', 'tools', 'project_context', 'system_context', 'max_context_tokens', 'turn', 'message_id',
-    'pending_tool_calls', 'created_at', 'updated_at', 'closed_reason', 'last_seq', 'owner', 'steering_mode', 'follow_up_mode', 'interrupt_mode',
-    'queued_steering', 'queued_follow_ups',
-  ],
-  properties: {
-    session_id: str,
-    workspace_id: str,
-    status: { type: 'string', enum: [...SESSION_STATUSES] },
-    model: str,
-    tools: {
-      type: 'array',
-      items: {
-        type: 'object', additionalProperties: false,
-        required: ['name', 'description', 'parameters', 'timeout_ms', 'source', 'category'],
-        properties: { name: str, description: str, parameters: { type: 'object', additionalProperties: true }, timeout_ms: { type: 'integer' }, source: str, category: str },
-      },
-    },
-    project_context: { type: 'array', items: str },
-    system_context: str,
-    max_context_tokens: { type: 'integer' },
-    turn: { type: 'integer' },
-    message_id: { type: ['string', 'null'] },
-    pending_tool_calls: {
-      type: 'array',
-      items: { type: 'object', additionalProperties: false, required: ['tool_call_id', 'tool_name', 'deadline'], properties: { tool_call_id: str, tool_name: str, deadline: str } },
-    },
-    created_at: str,
-    updated_at: str,
-    closed_reason: { type: ['string', 'null'] },
-    last_seq: { type: 'integer' },
-    owner: { type: ['string', 'null'] },
-    steering_mode: { type: 'string', enum: [...STEERING_MODES] },
-    follow_up_mode: { type: 'string', enum: [...STEERING_MODES] },
-    interrupt_mode: { type: 'string', enum: [...INTERRUPT_MODES] },
-    queued_steering: { type: 'array', items: queuedInput },
-    queued_follow_ups: { type: 'array', items: queuedInput },
+export const sessionSchema = closedObject({
+  session_id: str,
+  workspace_id: str,
+  status: { type: 'string', enum: [...SESSION_STATUSES] },
+  model: str,
+  tools: {
+    type: 'array',
+    items: closedObject({ name: str, description: str, parameters: { type: 'object', additionalProperties: true }, timeout_ms: { type: 'integer' }, source: str, category: str }),
   },
-} as const;
+  project_context: { type: 'array', items: str },
+  system_context: str,
+  max_context_tokens: { type: 'integer' },
+  turn: { type: 'integer' },
+  message_id: { type: ['string', 'null'] },
+  pending_tool_calls: {
+    type: 'array',
+    items: closedObject({ tool_call_id: str, tool_name: str, deadline: str }),
+  },
+  created_at: str,
+  updated_at: str,
+  closed_reason: { type: ['string', 'null'] },
+  last_seq: { type: 'integer' },
+  owner: { type: ['string', 'null'] },
+  steering_mode: { type: 'string', enum: [...STEERING_MODES] },
+  follow_up_mode: { type: 'string', enum: [...STEERING_MODES] },
+  interrupt_mode: { type: 'string', enum: [...INTERRUPT_MODES] },
+  queued_steering: { type: 'array', items: queuedInput },
+  queued_follow_ups: { type: 'array', items: queuedInput },
+});
 
-export const sessionResponse = { type: 'object', additionalProperties: false, required: ['session'], properties: { session: sessionSchema } } as const;
+export const sessionResponse = closedObject({ session: sessionSchema });
 
 export const modelsResponse = {
   type: 'object', additionalProperties: false,
@@ -223,50 +209,22 @@ export const messageResponse = {
   properties: { ...queuedInputOutcome, message_id: str },
 } as const;
 
-export const messagesResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'messages'],
-  // Chat messages as the model API has them, any shape.
-  properties: { session_id: str, messages: { type: 'array', items: {} } },
-} as const;
+// Chat messages as the model API has them, any shape.
+export const messagesResponse = closedObject({ session_id: str, messages: { type: 'array', items: {} } });
 
-export const abortResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'aborted', 'dropped', 'message_id'],
-  properties: { session_id: str, aborted: { type: 'boolean' }, dropped: { type: 'integer' }, message_id: { type: ['string', 'null'] } },
-} as const;
+export const abortResponse = closedObject({ session_id: str, aborted: { type: 'boolean' }, dropped: { type: 'integer' }, message_id: { type: ['string', 'null'] } });
 
-export const toolResultResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'resumed'],
-  properties: { session_id: str, resumed: { type: 'boolean' } },
-} as const;
+export const toolResultResponse = closedObject({ session_id: str, resumed: { type: 'boolean' } });
 
-export const registerToolsResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'tool_count'],
-  properties: { session_id: str, tool_count: { type: 'integer' } },
-} as const;
+export const registerToolsResponse = closedObject({ session_id: str, tool_count: { type: 'integer' } });
 
-export const cancelResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'cancelled'],
-  properties: { session_id: str, cancelled: { type: 'boolean' } },
-} as const;
+export const cancelResponse = closedObject({ session_id: str, cancelled: { type: 'boolean' } });
 
-export const sessionEventsResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['session_id', 'events', 'next_after_seq'],
-  properties: {
-    session_id: str,
-    events: {
-      type: 'array',
-      items: {
-        type: 'object', additionalProperties: false,
-        required: ['seq', 'timestamp', 'event_type', 'payload'],
-        properties: { seq: { type: 'integer' }, timestamp: str, event_type: str, payload: {} },
-      },
-    },
-    next_after_seq: { type: 'integer' },
+export const sessionEventsResponse = closedObject({
+  session_id: str,
+  events: {
+    type: 'array',
+    items: closedObject({ seq: { type: 'integer' }, timestamp: str, event_type: str, payload: {} }),
   },
-} as const;
+  next_after_seq: { type: 'integer' },
+});
