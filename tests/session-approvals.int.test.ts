@@ -114,6 +114,28 @@ describe('session approvals', () => {
     }
   });
 
+  it('roz PermissionDecision carries a modifier: a refused one is an in-band invalid_argument, an accepted one runs', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const s = new SessionStream(client);
+      s.send({ $case: 'start', value: { environmentId: 'roz-mod', approvalPolicy: { rules: [{ tool: 'calculate', when: {}, action: 'ask' }] } } });
+      await s.waitForCase('sessionStarted');
+      s.send({ $case: 'userMessage', value: { content: `Sum ${CALC('1+1')}`, messageId: 'm1' } });
+      const waiting = await s.waitFor((f) => f.response?.$case === 'activityUpdate' && (f.response.value as { state: string }).state === 'waiting_approval');
+      const approvalId = (waiting.response!.value as { detail: string }).detail;
+      s.send({ $case: 'permissionDecision', value: { approvalId, approved: true, modifier: { expression: 7 } } });
+      const err = await s.waitFor(isCase('error'), 5000, s.frames.indexOf(waiting));
+      expect(err.response!.value).toMatchObject({ code: 'invalid_argument', message: expect.stringContaining("modifier does not fit calculate's arguments") });
+      s.send({ $case: 'permissionDecision', value: { approvalId, approved: true, modifier: { expression: '5*5' } } });
+      await s.waitForCase('turnComplete');
+      expect(s.of('textDelta').map((d) => d.content).join('')).toContain('25');
+      s.cancel();
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('roz StreamSession carries its own rules (StartSession.approval_policy): its calls ask or are denied as they say in a workspace with no policy; a bad rule is INVALID_ARGUMENT and opens nothing', async () => {
     const pool = await stack.addWorkerPool();
     try {
