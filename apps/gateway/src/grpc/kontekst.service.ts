@@ -67,6 +67,8 @@ class RunCall {
   open(): void {
     this.deps.onOpen();
     this.deps.draining.addEventListener('abort', this.drain, { once: true });
+    // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
+    if (this.deps.draining.aborted) this.drain();
     this.call.on('data', (command: kontekst.RunCommand) => {
       this.chain = this.chain.then(() => this.handle(command)).catch((err: unknown) => this.fail(err));
     });

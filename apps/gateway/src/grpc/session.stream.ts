@@ -52,6 +52,8 @@ class SessionCall {
   open(): void {
     this.deps.onOpen();
     this.deps.draining.addEventListener('abort', this.drain, { once: true });
+    // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
+    if (this.deps.draining.aborted) this.drain();
     this.call.on('data', (request: SessionRequest) => {
       this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
     });
