@@ -3,6 +3,7 @@ import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpClient, pollUntilTerminal, runsCall, waitUntil } from '@cadre/testing';
 import { OtlpReceiver, type ReceivedSpan } from './support/otlp-receiver.ts';
+import { sessionEventsWhen } from './support/session-client.ts';
 import { TestStack } from './support/stack.ts';
 
 // OTLP span kinds on the wire.
@@ -113,6 +114,92 @@ describe('one trace follows a task across processes', () => {
     const lines = workerLog.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.taskId === taskId);
     expect(lines.length).toBeGreaterThan(0);
     for (const line of lines) expect(line.trace_id).toBe(traceId);
+  });
+
+  it('follows a session turn through its parks: the POST, each turn job, its model calls, the client\'s tool result, the approval and the tool it let run', async () => {
+    const api = httpClient(gatewayUrl);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', {
+      workspace_id: 'traced-sessions',
+      tools: [{ name: 'get_location', description: 'Where the user is', parameters: { type: 'object', properties: {} } }],
+      approval_policy: { rules: [{ tool: 'calculate', action: 'ask', reason: 'check the maths' }] },
+    });
+    expect(created.status).toBe(201);
+    const sessionId = created.body.session.session_id;
+    const eventOf = async (type: string) => (await sessionEventsWhen(gatewayUrl, sessionId, (events) => events.some((e) => e.event_type === type))).find((e) => e.event_type === type)!;
+
+    const traceId = randomBytes(16).toString('hex');
+    const callerSpanId = randomBytes(8).toString('hex');
+    // The model asks the client for its location (the turn parks), then asks to calculate, which the policy asks an
+    // operator about (the turn parks again); once approved the tool runs and the model answers.
+    const sent = await api.post(`/api/sessions/${sessionId}/messages`, {
+      content: 'Where, and how much? [[scripted:call=get_location({})]] [[scripted:call=calculate({"expression":"6*7"})]]',
+    }, { traceparent: `00-${traceId}-${callerSpanId}-01` });
+    expect(sent.status).toBe(202);
+    const request = await eventOf('tool_request');
+    // The client's answer and the operator's decision come in requests of their own (no traceparent).
+    expect((await api.post(`/api/sessions/${sessionId}/tool-results`, { tool_call_id: request.payload.tool_call_id, success: true, result: 'Oslo' })).status).toBe(200);
+    const asked = await eventOf('approval_requested');
+    const approvalId = asked.payload.approval_id as string;
+    expect((await api.post(`/api/approvals/${approvalId}/decision`, { approved: true })).status).toBe(200);
+    expect((await eventOf('turn_complete')).payload.stop_reason).toBe('end_turn');
+
+    const spans = await waitUntil('the turn\'s spans to arrive', () => {
+      const mine = receiver.spans.filter((s) => s.traceId === traceId);
+      const jobs = mine.filter((s) => s.service === 'cadre-worker' && s.kind === CONSUMER && s.attributes.session_id === sessionId && s.attributes['cadre.wake'] !== undefined);
+      const chats = mine.filter((s) => s.name.startsWith('chat '));
+      // Spans reach the receiver in each process's batches: wait until every job's chain up is in.
+      const byId = new Map(mine.map((s) => [s.spanId, s]));
+      const rooted = jobs.every((job) => ancestry(job, byId).at(-1)!.parentSpanId === callerSpanId);
+      return rooted && jobs.length >= 3 && chats.length >= 3 && mine.some((s) => s.name === 'execute_tool calculate') ? mine : undefined;
+    });
+    const byId = new Map(spans.map((s) => [s.spanId, s]));
+    const one = (name: string) => {
+      const found = spans.filter((s) => s.name === name);
+      expect(found.map((s) => s.name)).toEqual([name]);
+      return found[0]!;
+    };
+
+    // The gateway's receive: the POST continues the caller's trace; the user message (and its enqueue) below it.
+    const post = spans.find((s) => s.service === 'cadre-gateway' && s.kind === SERVER && s.name === 'POST /api/sessions/:session_id/messages')!;
+    expect(post.parentSpanId).toBe(callerSpanId);
+    const userMessage = one('user_message');
+    expect(userMessage.parentSpanId).toBe(post.spanId);
+    expect(userMessage.attributes.session_id).toBe(sessionId);
+
+    // Three jobs ran the turn on the worker (its start and two continuations), all in this one trace, each below
+    // the POST; the first two parked.
+    const jobs = spans.filter((s) => s.service === 'cadre-worker' && s.kind === CONSUMER && s.attributes['cadre.wake'] !== undefined).sort((a, b) => Number(a.attributes['cadre.wake']) - Number(b.attributes['cadre.wake']));
+    expect(jobs.map((s) => s.attributes.session_id)).toEqual([sessionId, sessionId, sessionId]);
+    for (const job of jobs) {
+      expect(ancestry(job, byId).at(-1)).toBe(post);
+      expect(ancestry(job, byId)).toContain(userMessage);
+    }
+    const [first, second, third] = jobs as [ReceivedSpan, ReceivedSpan, ReceivedSpan];
+    const parks = spans.filter((s) => s.name === 'park');
+    expect(parks.map((s) => s.parentSpanId).sort()).toEqual([first.spanId, second.spanId].sort());
+    for (const park of parks) expect(park.service).toBe('cadre-worker');
+
+    // The client's tool result joined the first job's trace on the gateway, and the second job continues it.
+    const toolResult = one('tool_result');
+    expect(toolResult.service).toBe('cadre-gateway');
+    expect(toolResult.parentSpanId).toBe(first.spanId);
+    expect(toolResult.attributes).toMatchObject({ session_id: sessionId, 'gen_ai.tool.call.id': request.payload.tool_call_id });
+    expect(ancestry(second, byId)).toContain(toolResult);
+
+    // The approval: asked in the second job, decided on the gateway in the same trace; the third job continues it
+    // and runs the tool.
+    const requested = one('approval_requested');
+    expect(requested).toMatchObject({ service: 'cadre-worker', parentSpanId: second.spanId });
+    expect(requested.attributes).toMatchObject({ approval_id: approvalId, 'gen_ai.tool.name': 'calculate' });
+    const decided = one('approval_decided');
+    expect(decided).toMatchObject({ service: 'cadre-gateway', parentSpanId: second.spanId });
+    expect(decided.attributes).toMatchObject({ approval_id: approvalId, session_id: sessionId, 'cadre.approval.status': 'approved' });
+    expect(ancestry(third, byId)).toContain(decided);
+    expect(one('execute_tool calculate').parentSpanId).toBe(third.spanId);
+
+    // Each model call is a GenAI client span of its job: get_location, calculate, then the answer.
+    const chats = spans.filter((s) => s.name.startsWith('chat '));
+    expect(chats.map((c) => [jobs.indexOf(byId.get(c.parentSpanId)!), c.attributes['gen_ai.response.finish_reasons']])).toEqual([[0, ['tool_calls']], [1, ['tool_calls']], [2, ['stop']]]);
   });
 
   it('follows a VM run: the agent\'s run span holds its dispatch, model call and relays, and the gateway\'s spans for them join', async () => {

@@ -7,6 +7,8 @@ export {
   bullmqTelemetry,
   tracer,
   inSpan,
+  inSavedTrace,
+  savedTrace,
   annotateSpan,
   traceHeaders,
   contextFromCarrier,

@@ -1,5 +1,5 @@
 import type http from 'node:http';
-import { context, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context, type Span } from '@opentelemetry/api';
+import { context, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context, type Link, type Span } from '@opentelemetry/api';
 import type { Telemetry } from 'bullmq';
 import { BullMQOtel } from 'bullmq-otel';
 
@@ -65,8 +65,8 @@ export function bullmqTelemetry(): Telemetry | undefined {
 export const tracer = trace.getTracer('cadre');
 
 /** Runs `fn` in a new span that ends when `fn` settles; an error marks the span and is rethrown. */
-export async function inSpan<T>(name: string, opts: { kind?: SpanKind; attributes?: Attributes; parent?: Context }, fn: (span: Span) => Promise<T>): Promise<T> {
-  return tracer.startActiveSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes ?? {} }, opts.parent ?? context.active(), async (span) => {
+export async function inSpan<T>(name: string, opts: { kind?: SpanKind; attributes?: Attributes; parent?: Context; links?: Link[] }, fn: (span: Span) => Promise<T>): Promise<T> {
+  return tracer.startActiveSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes ?? {}, links: opts.links ?? [] }, opts.parent ?? context.active(), async (span) => {
     try {
       return await fn(span);
     } catch (err) {
@@ -89,6 +89,26 @@ export function traceHeaders(): Record<string, string> {
   const headers: Record<string, string> = {};
   propagation.inject(context.active(), headers);
   return headers;
+}
+
+/**
+ * The trace of the work in progress, saved (W3C headers as JSON) with state another process picks up later, e.g. a
+ * parked session turn; '' when nothing is traced.
+ */
+export function savedTrace(): string {
+  const headers = traceHeaders();
+  return headers.traceparent ? JSON.stringify(headers) : '';
+}
+
+/**
+ * Runs `fn` in a span that continues a trace saved earlier (`savedTrace`), so what resumes parked work joins the
+ * trace of the work it resumes; the span in progress (the request that resumed it) is linked, not the parent.
+ * Without a saved trace the span is a child of the work in progress.
+ */
+export async function inSavedTrace<T>(saved: string | null, name: string, opts: { attributes?: Attributes }, fn: (span: Span) => Promise<T>): Promise<T> {
+  if (!saved) return inSpan(name, opts, fn);
+  const current = trace.getActiveSpan()?.spanContext();
+  return inSpan(name, { ...opts, parent: contextFromCarrier(JSON.parse(saved) as Record<string, string>), ...(current && { links: [{ context: current }] }) }, fn);
 }
 
 /** The context a caller sent (W3C `traceparent` in HTTP headers or gRPC metadata). */

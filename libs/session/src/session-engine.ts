@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { inSavedTrace, inSpan, tracingEnabled, type Attributes, type Span } from '@cadre/observability';
 import { argumentsProblem, builtinTools } from '@cadre/agent';
 import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
 import { StoreError, approvalView, callArguments, type SessionApprovalView, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
@@ -135,10 +136,11 @@ export class SessionEngine {
     checkText(input.system_context ?? '', L.systemContext, 'system_context');
     const images = imageUrls(input.images ?? []);
     await this.access(scope, sessionId);
-    await this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
+    // The turn's trace: its job (BullMQ's producer and consumer spans) and everything that resumes it hang below.
+    await inSpan('user_message', { attributes: { session_id: sessionId, 'cadre.message_id': messageId } }, () => this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
       message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
       ...(images.length > 0 && { image_urls: images }),
-    })), (wake) => wake);
+    })), (wake) => wake));
     return { message_id: messageId };
   }
 
@@ -256,12 +258,12 @@ export class SessionEngine {
     }
     if (input.duration_ms !== undefined && (!Number.isFinite(input.duration_ms) || input.duration_ms < 0)) throw invalid('duration_ms must be a non-negative number');
     await this.access(scope, sessionId);
-    const wake = await this.wake(sessionId, () => this.mapped(this.deps.store.resolveToolCall(sessionId, {
+    const wake = await this.resuming(sessionId, 'tool_result', { 'gen_ai.tool.call.id': input.tool_call_id }, () => this.wake(sessionId, () => this.mapped(this.deps.store.resolveToolCall(sessionId, {
       tool_call_id: input.tool_call_id, success: input.success, result: input.result,
       ...(input.exit_code !== undefined && { exit_code: input.exit_code }),
       ...(input.truncated && { truncated: true }),
       ...(input.duration_ms !== undefined && { duration_ms: input.duration_ms }),
-    })), (w) => w);
+    })), (w) => w));
     return { resumed: wake > 0 };
   }
 
@@ -279,6 +281,19 @@ export class SessionEngine {
     checkText(reason, L.reason, 'reason');
     const session = await this.get(scope, sessionId);
     if (modifier !== undefined) await this.checkModifier(sessionId, id, approved, modifier);
+    const status = approved ? 'approved' : 'denied';
+    return this.resuming(sessionId, 'approval_decided', { 'cadre.approval.status': status }, async (span) => {
+      const view = await this.recordDecision(session.workspace_id, sessionId, id, approved, reason, decidedBy, reach, modifier);
+      // `id` may name the call (roz, kontekst): the span names the approval.
+      span.setAttribute('approval_id', view.approval_id);
+      return view;
+    });
+  }
+
+  /** The decision itself (decideApproval checked it) and what follows it: the continuation, the call's deadline. */
+  private async recordDecision(
+    workspaceId: string, sessionId: string, id: string, approved: boolean, reason: string, decidedBy: string, reach: 'once' | 'session', modifier: Record<string, unknown> | undefined,
+  ): Promise<SessionApprovalView> {
     let decided;
     try {
       // The continuation (when this was the last awaited call) goes through the marked enqueue: a gateway that dies
@@ -297,7 +312,7 @@ export class SessionEngine {
       throw err;
     }
     await afterDecision(this.deps.queue, sessionId, decided);
-    return approvalView(session.workspace_id, sessionId, decided.call);
+    return approvalView(workspaceId, sessionId, decided.call);
   }
 
   /** A modifier fits the asked call's tool: a builtin's schema, or the client tool's as the turn offered it. */
@@ -432,6 +447,15 @@ export class SessionEngine {
     const head = await this.deps.store.sessionHead(sessionId);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
     return head.workspace_id;
+  }
+
+  /**
+   * Runs what answers a parked turn (a client's tool result, a decision) in a span of the turn's own trace (saved
+   * with its calls), so the continuation job joins that trace; the request that brought the answer is linked.
+   */
+  private async resuming<T>(sessionId: string, name: string, attributes: Attributes, fn: (span: Span) => Promise<T>): Promise<T> {
+    const saved = tracingEnabled() ? await this.deps.store.turnTrace(sessionId) : null;
+    return inSavedTrace(saved, name, { attributes: { session_id: sessionId, ...attributes } }, fn);
   }
 
   private wake<T>(sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number): Promise<T> {

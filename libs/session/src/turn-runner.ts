@@ -1,6 +1,7 @@
 import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
+import { inSpan, savedTrace } from '@cadre/observability';
 import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
@@ -150,11 +151,14 @@ export class TurnRunner {
           break;
         case 'park': {
           const pending = state.calls.filter((c) => c.status === 'pending');
-          // Idempotent (job ids per call or approval): a resumed attempt re-schedules what a lost one may not have.
-          await Promise.all(pending.map((c) => c.approval?.status === 'pending'
-            ? this.deps.queue.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
-            : this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
-          if (await store.parkTurn(sessionId, lease)) return 'parked';
+          const parked = await inSpan('park', { attributes: { session_id: sessionId, 'cadre.pending_calls': pending.length } }, async () => {
+            // Idempotent (job ids per call or approval): a resumed attempt re-schedules what a lost one may not have.
+            await Promise.all(pending.map((c) => c.approval?.status === 'pending'
+              ? this.deps.queue.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
+              : this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
+            return store.parkTurn(sessionId, lease);
+          });
+          if (parked) return 'parked';
           break;
         }
         case 'finish':
@@ -205,9 +209,10 @@ export class TurnRunner {
     // Refused: decided in time, or the turn or session ended, so there is nothing to expire. The continuation goes
     // through the marked enqueue, as every other: a worker that dies before the job is added leaves it to the sweeper.
     const expire = () => store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '').catch(() => null);
-    const decided = await changeAndEnqueue(store, queue, sessionId, expire, (d) => d?.wake ?? 0);
-    if (!decided) return;
-    await afterDecision(this.deps.queue, sessionId, decided);
+    await inSpan('approval_decided', { attributes: { session_id: sessionId, approval_id: approvalId, 'cadre.approval.status': 'expired' } }, async () => {
+      const decided = await changeAndEnqueue(store, queue, sessionId, expire, (d) => d?.wake ?? 0);
+      if (decided) await afterDecision(this.deps.queue, sessionId, decided);
+    });
   }
 
   /** One streamed model call; its answer is the next boundary. True when the turn ended with it. */
@@ -317,12 +322,17 @@ export class TurnRunner {
     const requested = clientCalls.filter((c) => !c.builtin && !c.approval && c.status === 'pending');
     if (requested.length > 0) events.push({ event_type: 'activity', payload: { state: 'calling_tool', detail: requested.map((c) => c.tool_name).join(', ') } });
     events.push(...approvalEvents);
+    // The calls' trace goes with them: what answers a parked call (a client's result, a decision) joins this trace.
+    const trace = savedTrace();
     await store.commitTurn(sid, lease, {
       messages: [{ role: 'assistant', content: turn.content || null, tool_calls: calls }],
       calls: clientCalls,
-      fields: { turn_usage: JSON.stringify(usage) },
+      fields: { turn_usage: JSON.stringify(usage), ...(trace && { turn_trace: trace }) },
       events,
     });
+    for (const c of clientCalls) {
+      if (c.approval) await inSpan('approval_requested', { attributes: { session_id: sid, approval_id: c.approval.approval_id, 'gen_ai.tool.name': c.tool_name } }, async () => undefined);
+    }
     return false;
   }
 

@@ -170,6 +170,11 @@ export class SessionStore {
     return { kind, attempt, ...(parkedAt !== null && { parkedAt }) };
   }
 
+  /** The trace the current turn's client calls were made in (observability's savedTrace), or null. */
+  async turnTrace(sessionId: string): Promise<string | null> {
+    return this.redis.hget(this.keys.session(sessionId).meta, 'turn_trace');
+  }
+
   /** Takes the session out of the parked index; returns when it parked (ms), or null when it was not in it. */
   private async unpark(sessionId: string): Promise<number | null> {
     const parked = this.keys.sessionsParked();

@@ -1,5 +1,5 @@
 import { WaitingError, type Job } from 'bullmq';
-import type { Logger } from '@cadre/observability';
+import { annotateSpan, type Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
 import { StoreError, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
@@ -44,6 +44,8 @@ export class SessionJobProcessor {
   }
 
   readonly process = async (job: Job<SessionJobData>, token?: string): Promise<SessionJobResult> => {
+    // The job's span (BullMQ's consumer span, in the trace of the turn) names its session.
+    annotateSpan({ session_id: job.data.sessionId, ...('wake' in job.data && { 'cadre.wake': job.data.wake }) });
     if (job.name === TOOL_DEADLINE_JOB) {
       const { sessionId, toolCallId, timeoutMs } = job.data as ToolDeadlineJobData;
       await this.deps.runner.expireToolCall(sessionId, toolCallId, timeoutMs);
