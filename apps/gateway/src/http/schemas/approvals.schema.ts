@@ -2,6 +2,7 @@
 import { APPROVAL_SCOPES, APPROVAL_STATUSES } from '@cadre/protocol';
 import { BULK_MAX } from '../../approvals/approval-service.ts';
 import { approvalPolicySchema } from './tasks.schema.ts';
+import { closedObject } from './closed-object.ts';
 
 const workspaceId = { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$' } as const;
 
@@ -106,15 +107,11 @@ export const approvalSchema = {
   },
 } as const;
 
-export const approvalResponse = { type: 'object', additionalProperties: false, required: ['approval'], properties: { approval: approvalSchema } } as const;
+export const approvalResponse = closedObject({ approval: approvalSchema });
 
-export const policyResponse = { type: 'object', additionalProperties: false, required: ['policy'], properties: { policy: approvalPolicySchema } } as const;
+export const policyResponse = closedObject({ policy: approvalPolicySchema });
 
-export const approvalListResponse = {
-  type: 'object', additionalProperties: false,
-  required: ['approvals', 'next_cursor'],
-  properties: { approvals: { type: 'array', items: approvalSchema }, next_cursor: { type: ['string', 'null'] } },
-} as const;
+export const approvalListResponse = closedObject({ approvals: { type: 'array', items: approvalSchema }, next_cursor: { type: ['string', 'null'] } });
 
 export const bulkDecisionResponse = {
   type: 'object', additionalProperties: false,
