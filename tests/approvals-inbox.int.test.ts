@@ -146,6 +146,20 @@ describe('approvals inbox', () => {
     expect(all.map((a) => [a.arguments, a.status, a.scope])).toEqual([['{"expression":"6*7"}', 'approved', 'task'], ['{"expression":"5*5"}', 'approved', 'once']]);
   });
 
+  it('approved for the rest of the task with a modifier: the amended arguments no longer ask, the model\'s original ones still do (as a session\'s)', async () => {
+    const taskId = await startTask('wsc', KEY_C, [calc('6*7'), calc('5*5'), calc('6*7')]);
+    const first = await requestedAfter(taskId);
+    expect(first.payload.arguments).toBe('{"expression":"6*7"}');
+    await httpClient(second, KEY_C).post(`/api/approvals/${first.payload.approval_id}/decision`, { approved: true, scope: 'task', modifier: { expression: '5*5' } });
+    // The second call (5*5) is what the approver let run: it runs unasked. The third (the model's 6*7) asks.
+    const next = await requestedAfter(taskId, first.seq);
+    expect(next.payload.arguments).toBe('{"expression":"6*7"}');
+    await httpClient(second, KEY_C).post(`/api/approvals/${next.payload.approval_id}/decision`, { approved: true });
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.filter((e) => e.event_type === 'worker_approval_requested')).toHaveLength(2);
+    expect(events.filter((e) => e.event_type === 'worker_tool_call')).toHaveLength(3);
+  });
+
   it('a worker\'s own rules come first and match on arguments; the task\'s rules apply to the rest', async () => {
     const taskId = await startTask('wsc', KEY_C, [calc('1+1'), calc('2*3')], {
       worker: { rules: [{ tool: 'calculate', when: { expression: { glob: '*+*' } }, action: 'allow' }] },

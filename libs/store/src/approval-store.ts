@@ -195,7 +195,8 @@ export class ApprovalStore {
   /**
    * Decides a pending approval once. Throws not_found / approval_decided (a second decision). Returns the record
    * and how many approvals of the same worker are still pending (0: the worker can resume). `modifier` (approved
-   * only) is the amended arguments' JSON text; scope `task` grants the same tool and arguments for the task.
+   * only) is the amended arguments' JSON text; scope `task` grants the same tool and the arguments that ran (the
+   * modifier's, if any) for the rest of the task.
    */
   async decide(
     approvalId: string, status: 'approved' | 'denied' | 'expired', reason: string, decidedBy: string,
@@ -206,12 +207,13 @@ export class ApprovalStore {
     const t = this.keys.task(taskId);
     const a = this.keys.taskApprovals(taskId);
     const scope = opts.scope ?? 'once';
-    // The grant names the call as the model made it; the record is read in the script, so the grant is computed
-    // from the record read here (tool and arguments never change once asked).
+    // The grant covers the arguments the approver let run: the amended ones when there is a modifier, else the
+    // call as the model made it, read here (a call's tool and arguments never change once asked). As a session's.
     const asked = scope === 'task' && status === 'approved' ? await this.get(approvalId) : null;
+    const grant = asked ? approvalGrant(asked.tool_name, opts.modifier || asked.arguments) : '';
     const [code, raw, left] = await this.scripts.decideApproval(
       t.meta, t.events, t.roster, a.approvals, a.grants, taskId, approvalId, status, reason, decidedBy, Date.now(),
-      this.maxEvents, this.keys.taskAppended(taskId), opts.modifier ?? '', scope, asked ? approvalGrant(asked.tool_name, asked.arguments) : '', this.retentionSec,
+      this.maxEvents, this.keys.taskAppended(taskId), opts.modifier ?? '', scope, grant, this.retentionSec,
     );
     if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(approvalId, (JSON.parse(raw!) as ApprovalRecord).status);
     if (code < 0) throw scriptError(code, `approval ${approvalId}`);
