@@ -64,6 +64,34 @@ describe('nothing stranded', () => {
     await waitUntil('its enqueue mark to be cleared', async () => (await redis.zscore(new KeyBuilder(stack.prefix).tasksEnqueueing(), task.task_id)) === null, { timeoutMs: 30_000 });
   });
 
+  it('a retry with the same Idempotency-Key lists a task its first request wrote but did not list', async () => {
+    // The first request died after the store's script (the task and its enqueue mark are written), before the
+    // listing and the jobs. The client retries with its key before the sweeper's grace is over.
+    const store = new TaskStore({ redis, keys: new KeyBuilder(stack.prefix) });
+    const workspace = `retried-${randomUUID()}`;
+    const key = `idem-${randomUUID()}`;
+    const { task } = await store.createTask({
+      workspace_id: workspace, goal: 'left behind, then retried',
+      team: { lead: { instructions: 'lead' }, workers: [{ role: 'pro', instructions: 'i', tools: [] }], max_workers: 4 },
+      metadata: {},
+    }, key);
+    const retry = await fetch(`${stack.url}/api/tasks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_API_KEY}`, 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ workspace_id: workspace, goal: 'left behind, then retried', team: { workers: [{ role: 'pro', instructions: 'i' }] } }),
+    });
+    expect(retry.status).toBe(200);
+    expect(((await retry.json()) as { task: { task_id: string } }).task.task_id).toBe(task.task_id);
+    // The retry enqueued it and cleared the mark, so the sweeper will never list it: the retry must have.
+    const status = await waitUntil('the retried task to finish', async () => {
+      const s = (await store.getTask(task.task_id))?.status;
+      return s && TERMINAL.has(s) ? s : undefined;
+    }, { timeoutMs: 30_000 });
+    expect(status).toBe('completed');
+    const page = await fetch(`${stack.url}/api/tasks?workspace_id=${workspace}`, { headers: { authorization: `Bearer ${TEST_API_KEY}` } });
+    expect(((await page.json()) as { tasks: { task_id: string }[] }).tasks.map((t) => t.task_id)).toEqual([task.task_id]);
+  });
+
   it('every task a kill -9ed gateway created during a burst ends', async () => {
     const gateway = spawnService('apps/gateway/src/main.ts', {
       REDIS_URL: stack.redis.url, CADRE_API_KEY: TEST_API_KEY, CADRE_KEY_PREFIX: stack.prefix, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info',

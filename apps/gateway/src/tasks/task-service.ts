@@ -57,9 +57,16 @@ export class TaskService {
     // Enqueueing is idempotent (job ids derive from the task), so a retry after a crash between the two
     // steps finishes the first request's work instead of leaving the task queued forever; without a retry, the
     // enqueue sweeper does it (the store marked the task before writing it).
+    // A retry cannot know whether the first request listed the task (it may have died between its script and the
+    // listing) and clears the mark the sweeper would have listed it by: it lists an unfinished task again (the index
+    // is a set; the new-task count is the first request's alone).
+    const list = async (): Promise<void> => {
+      if (created) await this.deps.store.listNew(task);
+      else if (!TERMINAL_TASK_STATUSES.includes(task.status)) await this.deps.store.index(task.task_id, task.workspace_id, Date.parse(task.created_at));
+    };
     if (task.status === 'queued') {
       // The listing and the jobs are in different slots and neither needs the other: sent together, one round trip.
-      const [listed, enqueued] = await Promise.allSettled([created && this.deps.store.listNew(task), this.deps.queue.enqueueTask(task)]);
+      const [listed, enqueued] = await Promise.allSettled([list(), this.deps.queue.enqueueTask(task)]);
       if (enqueued.status === 'rejected') {
         // Nobody would ever run it: end it now rather than leave it queued for ever. (With an Idempotency-Key
         // the client's retry gets the cancelled task and can submit a new one.)
@@ -68,6 +75,8 @@ export class TaskService {
       }
       // Not listed: the mark stays, and the sweeper lists it.
       if (listed.status === 'rejected') throw listed.reason;
+    } else {
+      await list();
     }
     // The jobs are in: the answer need not wait for the mark to go. If clearing it fails, the sweeper finds the
     // task enqueued and clears it then.
