@@ -263,4 +263,37 @@ describe('/ws approvals (Cadre\'s approval-request / approval-response pair)', (
     expect(all.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Bodø$/);
     second.ws.close();
   });
+
+  it('approval-response with a modifier: one the tool\'s schema refuses is an error and leaves it pending; an accepted one is the tool-call\'s parameters', async () => {
+    const put = await httpClient(stack.url).request('PUT', '/api/workspaces/elsewhere/approval-policy', { rules: [{ tool: 'get_location', action: 'ask', reason: 'location is private', timeout_secs: 120 }] });
+    expect(put.status).toBe(200);
+    const client = new Client(OTHER_KEY);
+    await client.open();
+    client.send(handshake('erin'));
+    client.envelope('query', { text: 'Where exactly? [[scripted:call=get_location({"precise":false})]]', conversation_ref: 'conv-amend' });
+    const ask = (await client.waitFor((all) => all.some((m) => m.type === 'approval-request'))).find((m) => m.type === 'approval-request')!;
+    const requestId = ask.payload.request_id as string;
+
+    client.envelope('approval-response', { request_id: requestId, approved: true, modifier: { precise: 'very' } });
+    client.envelope('approval-response', { request_id: requestId, approved: true, modifier: [true] });
+    client.envelope('approval-response', { request_id: requestId, approved: false, modifier: { precise: true } });
+    const errors = (await client.waitFor((msgs) => msgs.filter((m) => m.type === 'error').length >= 3)).filter((m) => m.type === 'error').map((m) => m.payload.message);
+    expect(errors).toEqual([
+      expect.stringMatching(/modifier does not fit get_location's arguments: \/precise must be boolean/),
+      expect.stringContaining('payload.modifier must be an object'),
+      expect.stringContaining('a denial takes none'),
+    ]);
+    const pending = await httpClient(stack.url, OTHER_KEY).get<{ approval: { status: string } }>(`/api/approvals/${requestId}`);
+    expect(pending.body.approval.status).toBe('pending');
+    expect(client.count('approval-resolved')).toBe(0);
+
+    client.envelope('approval-response', { request_id: requestId, approved: true, modifier: { precise: true } });
+    const call = (await client.waitFor((all) => all.some((m) => m.type === 'tool-call'))).find((m) => m.type === 'tool-call')!;
+    expect(call.payload.parameters).toEqual({ precise: true });
+    expect(client.messages.find((m) => m.type === 'approval-resolved')!.payload).toMatchObject({ request_id: requestId, approved: true, status: 'approved', modifier: { precise: true } });
+    client.envelope('tool-result', { request_id: call.payload.request_id, success: true, data: { output: 'Hammerfest, exactly' } });
+    const all = await client.waitFor((msgs) => msgs.some((m) => m.type === 'streaming-complete'));
+    expect(all.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Hammerfest, exactly$/);
+    client.ws.close();
+  });
 });

@@ -143,7 +143,9 @@ export function toServerMessages(sessionId: string, event: SessionEvent, answer:
     }
     case 'approval_resolved': {
       const p = event.payload;
-      return [serverMessage('approval-resolved', { request_id: p.approval_id, approved: p.approved, status: p.status, reason: p.reason, metadata: { tool_call_id: p.tool_call_id } })];
+      return [serverMessage('approval-resolved', {
+        request_id: p.approval_id, approved: p.approved, status: p.status, reason: p.reason, ...(p.modifier && { modifier: parseArguments(p.modifier) }), metadata: { tool_call_id: p.tool_call_id },
+      })];
     }
     case 'session_error':
       return [serverMessage('error', { message: event.payload.message })];

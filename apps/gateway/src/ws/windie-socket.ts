@@ -170,14 +170,19 @@ export class WindieSocket {
       }
       case 'approval-response': {
         // Cadre's answer to an approval-request (WindieOS has no approval messages): request_id is the approval id.
-        checkPayload('approval-response', p, ['request_id', 'approved', 'reason'], ['request_id', 'approved']);
+        checkPayload('approval-response', p, ['request_id', 'approved', 'reason', 'modifier'], ['request_id', 'approved']);
         if (typeof p.approved !== 'boolean') throw new WindieProtocolError('approval-response: payload.approved must be a boolean');
         if (p.reason !== undefined && typeof p.reason !== 'string') throw new WindieProtocolError('approval-response: payload.reason must be a string');
+        const modifier = p.modifier ?? undefined;
+        if (modifier !== undefined && (typeof modifier !== 'object' || Array.isArray(modifier))) throw new WindieProtocolError('approval-response: payload.modifier must be an object (the amended parameters)');
         const approvalId = stringField('approval-response', p, 'request_id');
         const sessionId = sessionOfApproval(approvalId);
         if (!sessionId) throw new WindieProtocolError(`approval-response: unknown request_id "${approvalId.slice(0, 64)}"`);
         await this.attach(sessionId);
-        await sessions.decideApproval(scope, sessionId, approvalId, p.approved, (p.reason as string | undefined) ?? (p.approved ? '' : 'denied by the user'), keyName(scope));
+        // A modifier amends the call's parameters; the engine checks it against the tool's schema (a refusal is an error, the approval stays pending).
+        await sessions.decideApproval(
+          scope, sessionId, approvalId, p.approved, (p.reason as string | undefined) ?? (p.approved ? '' : 'denied by the user'), keyName(scope), 'once', modifier as Record<string, unknown> | undefined,
+        );
         return;
       }
       case 'tool-bundle-result':
