@@ -214,4 +214,28 @@ describe('cadre rpc approvals (extension_ui_request confirm, answered by extensi
     rpc.child.stdin.end();
     expect(await rpc.exited).toBe(0);
   });
+
+  it('approve with a modifier: one the tool\'s schema refuses is a failed response and leaves it pending; an accepted one runs the amended call', async () => {
+    const put = await httpClient(stack.url).request('PUT', '/api/workspaces/rpc-amend/approval-policy', { rules: [{ tool: 'calculate', action: 'ask', reason: 'maths', timeout_secs: 60 }] });
+    expect(put.status).toBe(200);
+    const rpc = new Rpc({ CADRE_WORKSPACE: 'rpc-amend' });
+    rpc.send({ id: 'p', type: 'prompt', message: 'Compute [[scripted:call=calculate({"expression":"6*7"})]]' });
+    const ask = (await rpc.waitFor(count('extension_ui_request', 1))).find((l) => l.type === 'extension_ui_request')!;
+    rpc.send({ id: 'm1', type: 'approve', approval_id: ask.id, modifier: { expression: 5 } });
+    expect(await rpc.response('m1')).toMatchObject({ command: 'approve', success: false, error: expect.stringMatching(/modifier does not fit calculate's arguments: \/expression must be string/) });
+    rpc.send({ id: 'm2', type: 'approve', approval_id: ask.id, modifier: ['5*5'] });
+    expect(await rpc.response('m2')).toMatchObject({ success: false, error: 'approve: "modifier" must be an object (the amended arguments)' });
+    rpc.send({ id: 'm3', type: 'deny', approval_id: ask.id, modifier: { expression: '5*5' } });
+    expect(await rpc.response('m3')).toMatchObject({ success: false, error: expect.stringContaining('a denial takes none') });
+    const pending = await httpClient(stack.url).get<{ approval: { status: string } }>(`/api/approvals/${ask.id}`);
+    expect(pending.body.approval.status).toBe('pending');
+
+    rpc.send({ id: 'ok', type: 'approve', approval_id: ask.id, modifier: { expression: '5*5' } });
+    expect(await rpc.response('ok')).toMatchObject({ success: true, data: { approval_id: ask.id, status: 'approved', modifier: '{"expression":"5*5"}' } });
+    const lines = await rpc.waitFor(count('agent_end', 1));
+    expect(lines.find((l) => l.type === 'approval_resolved')).toMatchObject({ approval_id: ask.id, approved: true, modifier: '{"expression":"5*5"}' });
+    expect(lines.find((l) => l.type === 'tool_execution_end')).toMatchObject({ toolName: 'calculate', isError: false, result: '25' });
+    rpc.child.stdin.end();
+    expect(await rpc.exited).toBe(0);
+  });
 });

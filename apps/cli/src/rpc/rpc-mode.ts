@@ -174,7 +174,11 @@ export class RpcMode {
         // Cadre's commands for an approval the session asks (its extension_ui_request's id is the approval id).
         if (typeof c.approval_id !== 'string' || c.approval_id === '') return { error: `${c.type}: "approval_id" must be a non-empty string` };
         if (c.reason !== undefined && typeof c.reason !== 'string') return { error: `${c.type}: "reason" must be a string` };
-        return { data: await this.decide(c.approval_id, c.type === 'approve', c.reason as string | undefined) };
+        // approve's modifier: the call's amended arguments; the gateway checks them against the tool's schema (a
+        // refusal is a failed response and the approval stays pending).
+        if (c.modifier !== undefined && c.type === 'deny') return { error: 'deny: "modifier" amends an approved call; a denial takes none' };
+        if (c.modifier !== undefined && (typeof c.modifier !== 'object' || c.modifier === null || Array.isArray(c.modifier))) return { error: 'approve: "modifier" must be an object (the amended arguments)' };
+        return { data: await this.decide(c.approval_id, c.type === 'approve', c.reason as string | undefined, c.modifier as Json | undefined) };
       }
       case 'extension_ui_response': {
         // oh-my-pi's answer to a confirm dialog: confirmed true approves, false or cancelled denies. No response
@@ -217,8 +221,8 @@ export class RpcMode {
     });
   }
 
-  private async decide(approvalId: string, approved: boolean, reason: string | undefined): Promise<unknown> {
-    const body = { approved, ...(reason !== undefined && { reason }) };
+  private async decide(approvalId: string, approved: boolean, reason: string | undefined, modifier?: Json): Promise<unknown> {
+    const body = { approved, ...(reason !== undefined && { reason }), ...(modifier !== undefined && { modifier }) };
     const decided = await this.client.call('POST', `/api/approvals/${encodeURIComponent(approvalId)}/decision`, body, this.client.taskHeaders());
     return decided.approval;
   }
