@@ -193,9 +193,9 @@ describe('Redis Cluster failover', () => {
 });
 
 describe('Redis Cluster outage', () => {
-  it('while no master serves a task\'s slot, the gateway answers 503 / UNAVAILABLE, never 404; after the takeover it reads the task again', async () => {
+  it('while the cluster is down the gateway answers 503 / UNAVAILABLE, never 404; after the takeover it answers again', async () => {
     const cluster = await startTestCluster();
-    // A gateway alone: what is measured is what a reader is told, not how agents ride out the outage.
+    // A gateway alone: what is measured is what a reader is told.
     stack = await TestStack.start({ redis: cluster, workers: 0 });
     const api = httpClient(stack.url);
     const created = await api.post<{ task: { task_id: string } }>('/api/tasks', { workspace_id: 'failover', goal: 'Wait out an outage' });
@@ -203,8 +203,8 @@ describe('Redis Cluster outage', () => {
     const taskId = created.body.task.task_id;
     const outage = await cluster.killMasterWithoutTakeover(await cluster.masterOf(new KeyBuilder(stack.prefix).task(taskId).meta));
 
-    // Asked while the cluster is down (each request first waits out the client's retries): the answer says "retry",
-    // not "no such task", which a client would believe and give up on.
+    // Asked while the cluster is down (each request first waits out the client's ~20 s of retries): the answer says
+    // "retry", not "no such task", which a client would believe and give up on.
     const client = grpcClient(stack.grpcTarget);
     try {
       const [events, task, watch] = await Promise.all([
@@ -224,6 +224,7 @@ describe('Redis Cluster outage', () => {
     expect(after.status).toBe(200);
     expect(after.body.events.map((e) => e.event_type)).toEqual(['task_queued']);
   }, 180_000);
+
 });
 
 describe('Redis Sentinel', () => {

@@ -60,6 +60,12 @@ function open(target: RedisTarget, name: string, opts: ConnectOptions, lazyConne
         // Reads go to the slot's master, never a replica: a replica lags, and a read must see the write it follows
         // (a task just created, an event just appended).
         scaleReads: 'master',
+        // No ready check (CLUSTER INFO must say ok): when it fails — the nodes answer but the cluster is down —
+        // ioredis reconnects without ever settling the connect() it was checking for, and BullMQ's blocking
+        // connection, reconnected by its stuck-command watchdog during an outage, awaits that connect() for good: the
+        // worker stops fetching jobs and cannot close. Without it the client is up once it has the slot map, and
+        // commands wait out CLUSTERDOWN as below.
+        enableReadyCheck: false,
         retryDelayOnFailover: 200,
         retryDelayOnClusterDown: 200,
         retryDelayOnTryAgain: 200,
