@@ -136,10 +136,14 @@ describe('one trace follows a task across processes', () => {
     }, { traceparent: `00-${traceId}-${callerSpanId}-01` });
     expect(sent.status).toBe(202);
     const request = await eventOf('tool_request');
+    // Answered once the turn has parked (an answer that comes sooner is taken by the running job, with no park).
+    const parked = () => waitUntil('the turn to park', async () => (await api.get<{ session: { status: string } }>(`/api/sessions/${sessionId}`)).body.session.status === 'waiting_tool');
+    await parked();
     // The client's answer and the operator's decision come in requests of their own (no traceparent).
     expect((await api.post(`/api/sessions/${sessionId}/tool-results`, { tool_call_id: request.payload.tool_call_id, success: true, result: 'Oslo' })).status).toBe(200);
     const asked = await eventOf('approval_requested');
     const approvalId = asked.payload.approval_id as string;
+    await parked();
     expect((await api.post(`/api/approvals/${approvalId}/decision`, { approved: true })).status).toBe(200);
     expect((await eventOf('turn_complete')).payload.stop_reason).toBe('end_turn');
 
@@ -177,7 +181,7 @@ describe('one trace follows a task across processes', () => {
     const [first, second, third] = jobs as [ReceivedSpan, ReceivedSpan, ReceivedSpan];
     const parks = spans.filter((s) => s.name === 'park');
     expect(parks.map((s) => s.parentSpanId).sort()).toEqual([first.spanId, second.spanId].sort());
-    for (const park of parks) expect(park.service).toBe('cadre-worker');
+    for (const park of parks) expect(park).toMatchObject({ service: 'cadre-worker', attributes: { session_id: sessionId, 'cadre.parked': true } });
 
     // The client's tool result joined the first job's trace on the gateway, and the second job continues it.
     const toolResult = one('tool_result');
@@ -185,6 +189,11 @@ describe('one trace follows a task across processes', () => {
     expect(toolResult.parentSpanId).toBe(first.spanId);
     expect(toolResult.attributes).toMatchObject({ session_id: sessionId, 'gen_ai.tool.call.id': request.payload.tool_call_id });
     expect(ancestry(second, byId)).toContain(toolResult);
+    // It links the request that brought the result (a trace of its own).
+    const [linked] = toolResult.links;
+    const resultPost = receiver.spans.find((s) => `${s.traceId}/${s.spanId}` === linked);
+    expect(resultPost).toMatchObject({ service: 'cadre-gateway', kind: SERVER, name: 'POST /api/sessions/:session_id/tool-results' });
+    expect(resultPost!.traceId).not.toBe(traceId);
 
     // The approval: asked in the second job, decided on the gateway in the same trace; the third job continues it
     // and runs the tool.

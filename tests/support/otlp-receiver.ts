@@ -9,6 +9,8 @@ export interface ReceivedSpan {
   name: string;
   kind: number;
   attributes: Record<string, unknown>;
+  /** The spans this one links to (not its parent): `<traceId>/<spanId>`. */
+  links: string[];
 }
 
 interface OtlpValue {
@@ -19,7 +21,7 @@ interface OtlpValue {
   arrayValue?: { values?: OtlpValue[] };
 }
 interface OtlpAttribute { key: string; value: OtlpValue }
-interface OtlpSpan { traceId: string; spanId: string; parentSpanId?: string; name: string; kind: number; attributes?: OtlpAttribute[] }
+interface OtlpSpan { traceId: string; spanId: string; parentSpanId?: string; name: string; kind: number; attributes?: OtlpAttribute[]; links?: { traceId: string; spanId: string }[] }
 interface OtlpExport {
   resourceSpans?: { resource?: { attributes?: OtlpAttribute[] }; scopeSpans?: { spans?: OtlpSpan[] }[] }[];
 }
@@ -72,6 +74,7 @@ export class OtlpReceiver {
             name: span.name,
             kind: span.kind,
             attributes: attributesOf(span.attributes),
+            links: (span.links ?? []).map((l) => `${hexId(l.traceId)}/${hexId(l.spanId)}`),
           });
         }
       }

@@ -151,12 +151,15 @@ export class TurnRunner {
           break;
         case 'park': {
           const pending = state.calls.filter((c) => c.status === 'pending');
-          const parked = await inSpan('park', { attributes: { session_id: sessionId, 'cadre.pending_calls': pending.length } }, async () => {
+          const parked = await inSpan('park', { attributes: { session_id: sessionId, 'cadre.pending_calls': pending.length } }, async (span) => {
             // Idempotent (job ids per call or approval): a resumed attempt re-schedules what a lost one may not have.
             await Promise.all(pending.map((c) => c.approval?.status === 'pending'
               ? this.deps.queue.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
               : this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
-            return store.parkTurn(sessionId, lease);
+            // false: the last answer came in meanwhile, and this job goes on with it.
+            const done = await store.parkTurn(sessionId, lease);
+            span.setAttribute('cadre.parked', done);
+            return done;
           });
           if (parked) return 'parked';
           break;
