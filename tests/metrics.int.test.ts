@@ -244,6 +244,10 @@ describe('metrics', () => {
     expect(moved('worker', 'cadre_approval_decisions_total', { outcome: 'expired' })).toBe(1);
     expect(moved('gateway', 'cadre_approval_wait_seconds_count', { outcome: 'approved' })).toBe(3);
     expect(moved('worker', 'cadre_approval_wait_seconds_count', { outcome: 'expired' })).toBe(1);
+    // The approved calls ran on the worker: the task worker's and the session's (a session's builtin tools count too).
+    const calculated = async () => (await Scrape.of(workerMetrics)).value('cadre_tool_calls_total', { tool: 'calculate', outcome: 'ok' }) - start.worker.value('cadre_tool_calls_total', { tool: 'calculate', outcome: 'ok' });
+    await waitUntil('both approved calls to run', async () => (await calculated()) >= 2);
+    expect(await calculated()).toBe(2);
     // The expired approval waited (at least) its whole second.
     expect(moved('worker', 'cadre_approval_wait_seconds_sum', { outcome: 'expired' })).toBeGreaterThanOrEqual(1);
     for (const id of [...taskIds, sessionId, expiring, runId]) expect(end.gateway.text + end.worker.text).not.toContain(id);

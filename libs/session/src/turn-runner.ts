@@ -351,7 +351,7 @@ export class TurnRunner {
       });
     }
     const byName = new Map<string, AgentTool>(Object.entries(builtinTools));
-    const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, signal, undefined))), signal);
+    const results = await untilAborted(Promise.all(calls.map((call) => runToolCall(call, byName, signal, this.observer))), signal);
     await store.commitTurn(state.session_id, lease, {
       messages: calls.map((call, i) => ({ role: 'tool', tool_call_id: call.id, content: results[i] ?? '' })),
       events: calls.map((call, i) => ({
