@@ -6,7 +6,7 @@ import { assertContiguous, grpcClient, httpClient, waitUntil } from '@cadre/test
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
-import { SessionStream, isCase, sessionEventsWhen } from './support/session-client.ts';
+import { SessionStream, isCase, sessionEvents, sessionEventsWhen } from './support/session-client.ts';
 
 // Session approvals: a tool call an `ask` rule matches parks the turn (no worker slot) until it is decided, from
 // roz's PermissionDecision or the approvals HTTP API; the decision resumes the turn at its tool calls.
@@ -48,9 +48,7 @@ interface Approval {
 const api = () => httpClient(stack.url);
 const second = () => httpClient(`http://127.0.0.1:${stack.gateways[1]!.port}`);
 
-async function events(sessionId: string): Promise<Ev[]> {
-  return (await api().get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
-}
+const events = (sessionId: string): Promise<Ev[]> => sessionEvents<Ev>(stack.url, sessionId);
 
 const eventsUntil = (sessionId: string, pred: (e: Ev) => boolean): Promise<Ev[]> => sessionEventsWhen<Ev>(stack.url, sessionId, (all) => all.some(pred));
 

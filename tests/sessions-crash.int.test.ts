@@ -5,7 +5,7 @@ import { assertContiguous, grpcClient, httpClient, keysMatching, waitUntil, type
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
-import { SessionStream, isCase, sessionEventsWhen } from './support/session-client.ts';
+import { SessionStream, isCase, sessionEvents, sessionEventsWhen } from './support/session-client.ts';
 
 // Workers and one gateway are real OS processes here: kill -9 is a real crash, cancel crosses processes.
 let stack: TestStack;
@@ -32,9 +32,7 @@ interface Ev {
   payload: Record<string, any>;
 }
 
-async function events(sessionId: string): Promise<Ev[]> {
-  return (await httpClient(stack.url).get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
-}
+const events = (sessionId: string): Promise<Ev[]> => sessionEvents<Ev>(stack.url, sessionId);
 
 const eventsUntil = (sessionId: string, pred: (e: Ev) => boolean, timeoutMs?: number): Promise<Ev[]> =>
   sessionEventsWhen<Ev>(stack.url, sessionId, (all) => all.some(pred), timeoutMs);

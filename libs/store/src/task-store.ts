@@ -130,6 +130,14 @@ export class TaskStore {
     await Promise.all([this.index(task.task_id, task.workspace_id, Date.parse(task.created_at)), this.redis.hincrby(this.keys.taskStats(), 'queued', 1)]);
   }
 
+  /**
+   * Lists an unfinished task again, without counting it: a creation that may have died before its listing (the
+   * enqueue sweeper's, an Idempotency-Key retry's). The index is a set; a finished task stays out of it.
+   */
+  async relist(task: TaskRecord): Promise<void> {
+    if (!TERMINAL_TASK_STATUSES.includes(task.status)) await this.index(task.task_id, task.workspace_id, Date.parse(task.created_at));
+  }
+
   /** The task's jobs are in the queue: it no longer needs the enqueue sweeper. */
   async enqueued(taskId: string): Promise<void> {
     await this.redis.zrem(this.keys.tasksEnqueueing(), taskId);

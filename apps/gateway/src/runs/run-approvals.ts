@@ -1,11 +1,9 @@
 import { schemaProblem } from '@cadre/agent';
+import { SESSION_LIMITS } from '@cadre/session';
 import { evaluatePolicy, newRunApprovalId, StoreError, type ApprovalRecord, type ApprovalStore, type RunStore } from '@cadre/store';
 import type { Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
 import type { CallVerdict, ProposedCall } from '@cadre/protocol';
-
-/** A tool's parameter schema a vm-agent may send with a proposed call (the session API's client tool limit). */
-const MAX_SCHEMA_BYTES = 32_768;
 
 /**
  * Approvals of VM runs. The vm-agent runs the agent loop on the VM, so it is the one that waits: it asks here
@@ -27,7 +25,7 @@ export class RunApprovals {
     const schemas = calls.map((call, i) => {
       if (call.parameters_schema === undefined) return undefined;
       const text = JSON.stringify(call.parameters_schema);
-      const problem = text.length > MAX_SCHEMA_BYTES ? `is larger than ${MAX_SCHEMA_BYTES} bytes` : schemaProblem(call.parameters_schema);
+      const problem = text.length > SESSION_LIMITS.toolSchemaBytes ? `is larger than ${SESSION_LIMITS.toolSchemaBytes} bytes` : schemaProblem(call.parameters_schema);
       if (problem) throw new ApiError('invalid_argument', `calls[${i}].parameters_schema ${problem}`);
       return text;
     });

@@ -2,7 +2,6 @@ import type { Logger } from '@cadre/observability';
 import type { SessionEngine } from '@cadre/session';
 import type { TaskStore, TeamQueue } from '@cadre/store';
 import { scrubError } from '@cadre/observability';
-import { TERMINAL_TASK_STATUSES } from '@cadre/protocol';
 
 /**
  * Finishes the creations a gateway died in the middle of. A task is written (one script) before its jobs are added
@@ -44,7 +43,7 @@ export class EnqueueSweeper {
       }
       // A gateway lists a task beside enqueueing it, so one whose listing failed may be running already. A finished
       // one stays out (the unfinished set must not take it back).
-      if (task && !TERMINAL_TASK_STATUSES.includes(task.status)) await store.index(task.task_id, task.workspace_id, Date.parse(task.created_at));
+      if (task) await store.relist(task);
       await store.enqueued(taskId);
     }
     return enqueued + (await sessions.enqueueStranded(Date.now() - graceMs));

@@ -60,10 +60,7 @@ export class TaskService {
     // A retry cannot know whether the first request listed the task (it may have died between its script and the
     // listing) and clears the mark the sweeper would have listed it by: it lists an unfinished task again (the index
     // is a set; the new-task count is the first request's alone).
-    const list = async (): Promise<void> => {
-      if (created) await this.deps.store.listNew(task);
-      else if (!TERMINAL_TASK_STATUSES.includes(task.status)) await this.deps.store.index(task.task_id, task.workspace_id, Date.parse(task.created_at));
-    };
+    const list = (): Promise<void> => (created ? this.deps.store.listNew(task) : this.deps.store.relist(task));
     if (task.status === 'queued') {
       // The listing and the jobs are in different slots and neither needs the other: sent together, one round trip.
       const [listed, enqueued] = await Promise.allSettled([list(), this.deps.queue.enqueueTask(task)]);
