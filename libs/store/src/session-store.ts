@@ -162,10 +162,15 @@ export class SessionStore {
    * continuation of a parked turn also takes it out of the parked index: `parkedAt` is when it parked (ms).
    */
   async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number; parkedAt?: number }> {
-    const [code, attempt] = await this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId));
+    // Whether the turn is parked is read beside the claim (a park is indexed before the job that resumes it exists),
+    // so a turn that never parked pays no second round trip before its model call.
+    const [[code, attempt], parkedScore] = await Promise.all([
+      this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId)),
+      this.redis.zscore(this.keys.sessionsParked(), sessionId),
+    ]);
     if (code < 0) throw scriptError(code, 'claim turn');
     const kind = code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale';
-    if (kind !== 'taken' && kind !== 'recovered') return { kind, attempt };
+    if ((kind !== 'taken' && kind !== 'recovered') || parkedScore === null) return { kind, attempt };
     const parkedAt = await this.unpark(sessionId);
     return { kind, attempt, ...(parkedAt !== null && { parkedAt }) };
   }
