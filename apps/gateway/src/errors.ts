@@ -14,8 +14,8 @@ export type ApiErrorCode =
   | 'resource_exhausted'
   | 'unavailable';
 
-/** What every stream a draining gateway ends says (gRPC UNAVAILABLE, /ws close 1001; the fan-out's watchers say the same). */
-export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
+/** What every stream a draining gateway ends says (gRPC UNAVAILABLE, /ws close 1001), as the fan-out's watchers do. */
+export { GATEWAY_SHUTTING_DOWN } from '@cadre/store';
 
 export class ApiError extends Error {
   readonly code: ApiErrorCode;

@@ -81,6 +81,9 @@ export interface FanoutLogger {
   info(obj: object, msg: string): void;
 }
 
+/** What every stream a draining gateway ends says: its watchers here, and the gateway's gRPC and /ws edges. */
+export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
+
 /** Why a watch ended early; every code is resumable from `lastSeq`. */
 export class WatchClosedError extends Error {
   readonly code: 'watcher_overflow' | 'shutting_down';
@@ -190,7 +193,7 @@ export class EventFanout {
    * log exists and may be read. Iterate it; `return()` (or breaking the loop) unregisters.
    */
   async watch<E extends LoggedEvent>(log: WatchableLog<E>, afterSeq: number): Promise<LogWatcher<E>> {
-    if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, 'gateway is shutting down');
+    if (this.closed) throw new WatchClosedError('shutting_down', afterSeq, GATEWAY_SHUTTING_DOWN);
     let tail = this.tails.get(log.id) as LogTail<E> | undefined;
     if (!tail) {
       tail = new LogTail<E>(this, log, afterSeq, () => {
@@ -361,7 +364,7 @@ class LogTail<E extends LoggedEvent> {
 
   closeAll(): void {
     clearTimeout(this.poll);
-    for (const w of this.watchers) w.fail(new WatchClosedError('shutting_down', w.lastSeq, 'gateway is shutting down'));
+    for (const w of this.watchers) w.fail(new WatchClosedError('shutting_down', w.lastSeq, GATEWAY_SHUTTING_DOWN));
   }
 }
 

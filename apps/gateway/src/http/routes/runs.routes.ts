@@ -21,13 +21,13 @@ import {
   heartbeatResponse,
   proposeResponse,
   relayResponse,
-  runApprovalResponse,
   runEventsResponse,
   runListResponse,
   runSchema,
   runWithEventResponse,
   stopAllResponse,
 } from '../schemas/runs.schema.ts';
+import { approvalResponse } from '../schemas/approvals.schema.ts';
 import { withErrorResponses } from '../schemas/errors.schema.ts';
 import type { CreateRunBody } from '@cadre/protocol';
 import type { RoutesPlugin } from '../routes-plugin.ts';
@@ -131,7 +131,7 @@ export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
 
   app.get(
     '/api/runs/:run_id/approvals/:approval_id',
-    { schema: { params: runApprovalParams, response: { 200: runApprovalResponse } } },
+    { schema: { params: runApprovalParams, response: { 200: approvalResponse } } },
     async (request) => ({ approval: await deps.runApprovals.poll(request.runsPrincipal, request.params.run_id, request.params.approval_id) }),
   );
 

@@ -78,7 +78,7 @@ export const inboxStreamQuery = {
 // Response schemas (see tasks.schema.ts): every field a handler returns is named, so none is dropped.
 
 /** An approval as the API shows it: a team task's, a session's or a VM run's (whose owner id is set). */
-export const approvalSchema = {
+const approvalSchema = {
   type: 'object', additionalProperties: false,
   required: ['approval_id', 'workspace_id', 'task_id', 'worker_id', 'call_id', 'tool_name', 'arguments', 'reason', 'timeout_secs', 'status', 'created_at', 'expires_at'],
   properties: {

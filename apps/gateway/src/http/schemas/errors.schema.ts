@@ -9,10 +9,10 @@ const error = {
 } as const;
 
 /** Tasks, approvals and sessions: `{error: {code, message}}`. */
-export const cadreErrorResponse = { type: 'object', additionalProperties: false, required: ['error'], properties: { error } } as const;
+const cadreErrorResponse = { type: 'object', additionalProperties: false, required: ['error'], properties: { error } } as const;
 
 /** The runs API, as FastAPI answers: `detail` (text, or the list of schema problems), with Cadre's `error` beside it. */
-export const fastApiErrorResponse = {
+const fastApiErrorResponse = {
   type: 'object', additionalProperties: false,
   required: ['detail', 'error'],
   properties: {

@@ -2,7 +2,6 @@
 // so is what may be null: every field the original declares Optional takes an explicit null. Cadre's additions
 // are optional (`acked_command_ids`, `lease_id`, `events`, `worker_id` and `batch_id` on relays).
 import { CONTROL_ACTIONS, CONTROL_MODES, RUN_STATUSES } from '@cadre/protocol';
-import { approvalResponse } from './approvals.schema.ts';
 import { closedObject } from './closed-object.ts';
 
 const text = (maxLength: number) => ({ type: 'string', maxLength }) as const;
@@ -190,7 +189,7 @@ export const runSchema = closedObject({
   error: nullableText,
 });
 
-export const runEventSchema = closedObject({ seq: { type: 'integer' }, timestamp: { type: 'string' }, event_type: { type: 'string' }, source: { type: 'string' }, payload: {} });
+const runEventSchema = closedObject({ seq: { type: 'integer' }, timestamp: { type: 'string' }, event_type: { type: 'string' }, source: { type: 'string' }, payload: {} });
 
 export const createRunResponse = closedObject({ run: runSchema, events: { type: 'array', items: runEventSchema } });
 
@@ -246,4 +245,3 @@ const verdict = {
 
 export const proposeResponse = closedObject({ verdicts: { type: 'array', items: verdict } });
 
-export const runApprovalResponse = approvalResponse;

@@ -148,7 +148,7 @@ export const modesBody = {
 const str = { type: 'string' } as const;
 const queuedInput = closedObject({ input_id: str, content: str, queued_at: str });
 
-export const sessionSchema = closedObject({
+const sessionSchema = closedObject({
   session_id: str,
   workspace_id: str,
   status: { type: 'string', enum: [...SESSION_STATUSES] },
