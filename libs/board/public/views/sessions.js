@@ -77,10 +77,13 @@ export function sessionView(root, sessionId) {
     if (e.event_type === 'user_message') talk.append(h('li', { class: 'user' }, h('b', {}, 'user '), p.content));
     applyAnswerEvent(answer.fold, e);
     if (e.event_type === 'text_delta' && !answer.li) {
-      answer.li = h('li', { class: 'agent', 'data-message-id': p.message_id }, h('b', {}, 'agent '), h('span'));
+      answer.li = h('li', { class: 'agent', 'data-message-id': p.message_id }, h('b', {}, 'agent '), h('span', {}, answer.fold.text));
       talk.append(answer.li);
+    } else if (e.event_type === 'text_delta') {
+      answer.li.lastElementChild.append(p.content);
     }
-    if (answer.li) answer.li.lastElementChild.textContent = answer.fold.text;
+    // Only a lost attempt takes text back (the fold drops what its model call had streamed): redraw the whole answer.
+    if (answer.li && e.event_type === 'attempt_lost') answer.li.lastElementChild.textContent = answer.fold.text;
     if (e.event_type === 'user_message' || e.event_type === 'turn_complete') answer = { fold: emptyAnswer(), li: null };
     if (e.event_type === 'user_message') setStatus('running');
     if (e.event_type === 'activity') setStatus(p.state === 'idle' ? 'idle' : p.state === 'waiting_approval' ? 'waiting on an approval' : 'running');
