@@ -5,6 +5,7 @@ import { Cluster, Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import type { TestRedis } from './redis.ts';
 import { pauseUntilReplicated } from './replication.ts';
+import { waitUntil } from './wait.ts';
 
 const run = promisify(execFile);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -99,29 +100,20 @@ export async function startTestCluster(): Promise<TestCluster> {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
       if (opts.inSync) await pauseUntilReplicated(node.url, replica.url);
       await killNode(node, held);
-      const conn = new Redis(replica.url, { maxRetriesPerRequest: 1 });
-      try {
-        while (!/^role:master\r?$/m.test(await conn.info('replication'))) await sleep(50);
-      } finally {
-        conn.disconnect();
-      }
+      await withConnection(replica, untilMaster);
       await cluster.waitHealthy();
     },
     async killMasterWithoutTakeover(node) {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
       await withConnection(replica, (conn) => conn.config('SET', 'cluster-replica-no-failover', 'yes'));
       await killNode(node, held);
-      const deadline = Date.now() + 30_000;
-      while (!(await clusterDown(nodes.filter(isUp)))) {
-        if (Date.now() > deadline) throw new Error('the test cluster did not report itself down within 30 s of the kill');
-        await sleep(100);
-      }
+      await waitUntil('the test cluster to report itself down after the kill', () => clusterDown(nodes.filter(isUp)), { timeoutMs: 30_000, everyMs: 100 });
       return {
         async takeOver() {
           await withConnection(replica, async (conn) => {
             await conn.call('CLUSTER', 'FAILOVER', 'TAKEOVER');
             await conn.config('SET', 'cluster-replica-no-failover', 'no');
-            while (!/^role:master\r?$/m.test(await conn.info('replication'))) await sleep(50);
+            await untilMaster(conn);
           });
           await cluster.waitHealthy();
         },
@@ -139,12 +131,8 @@ export async function startTestCluster(): Promise<TestCluster> {
 /** The node replicating the master on `masterPort`. */
 async function replicaOf(candidates: EmbeddedRedis[], masterPort: number): Promise<EmbeddedRedis> {
   for (const node of candidates) {
-    const conn = new Redis(node.url, { maxRetriesPerRequest: 1 });
-    try {
-      if (new RegExp(`^master_port:${masterPort}\\r?$`, 'm').test(await conn.info('replication'))) return node;
-    } finally {
-      conn.disconnect();
-    }
+    const replication = await withConnection(node, (conn) => conn.info('replication'));
+    if (new RegExp(`^master_port:${masterPort}\\r?$`, 'm').test(replication)) return node;
   }
   throw new Error(`no replica of the master on port ${masterPort}`);
 }
@@ -156,6 +144,11 @@ async function withConnection<T>(node: EmbeddedRedis, use: (conn: Redis) => Prom
   } finally {
     conn.disconnect();
   }
+}
+
+/** Waits until the node on `conn` has taken over as a master (a replica promoted by a failover). */
+async function untilMaster(conn: Redis): Promise<void> {
+  await waitUntil('the replica to become a master', async () => /^role:master\r?$/m.test(await conn.info('replication')), { timeoutMs: 30_000, everyMs: 50 });
 }
 
 /** Whether every one of `live` reports `cluster_state:fail`. */
@@ -175,17 +168,12 @@ const killed = new WeakSet<EmbeddedRedis>();
 async function killNode(node: EmbeddedRedis, held: net.Server[]): Promise<void> {
   killed.add(node);
   node.kill('SIGKILL');
-  const holder = net.createServer((socket) => socket.destroy());
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const bound = await new Promise<boolean>((resolve) => {
-      holder.once('error', () => resolve(false));
-      holder.listen(node.port, '127.0.0.1', () => resolve(true));
-    });
-    if (bound) break;
-    if (Date.now() > deadline) throw new Error(`port ${node.port} was not released within 10 s of the kill`);
-    await sleep(10);
-  }
+  // A new server per try: one that failed to listen is closed with its listeners, not tried again.
+  const holder = await waitUntil(`port ${node.port} to be released after the kill`, () => new Promise<net.Server | false>((resolve) => {
+    const server = net.createServer((socket) => socket.destroy());
+    server.once('error', () => resolve(false));
+    server.listen(node.port, '127.0.0.1', () => resolve(server));
+  }), { timeoutMs: 10_000, everyMs: 10 });
   held.push(holder);
 }
 
