@@ -151,21 +151,20 @@ export class ApprovalService {
   async decide(principal: Principal, approvalId: string, decision: Decision): Promise<ApprovalView> {
     const record = await this.get(principal, approvalId);
     this.checkDecision(record, decision);
+    const { approved, modifier, scope } = decision;
+    const reason = decision.reason ?? (approved ? '' : 'denied by an operator');
     const sessionId = sessionOfApproval(approvalId);
     if (sessionId) {
-      const { approved, reason, scope, modifier } = decision;
-      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), scope === 'session' ? 'session' : 'once', modifier);
+      return this.deps.sessions.decideApproval(principal, sessionId, approvalId, approved, reason, keyName(principal), scope === 'session' ? 'session' : 'once', modifier);
     }
     const runId = runOfApproval(approvalId);
     if (runId) {
       // The vm-agent polls the approval and goes on once it is decided (with the modifier): nothing to wake here.
-      const { approved, reason, modifier } = decision;
       return this.storeDecision(approvalId, () => this.deps.runs.decideApproval(
-        approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), modifier && JSON.stringify(modifier),
+        approvalId, approved ? 'approved' : 'denied', reason, keyName(principal), modifier && JSON.stringify(modifier),
       ));
     }
-    const { approved, reason, modifier, scope } = decision;
-    const decided = await this.storeDecision(approvalId, () => this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason ?? (approved ? '' : 'denied by an operator'), keyName(principal), {
+    const decided = await this.storeDecision(approvalId, () => this.deps.approvals.decide(approvalId, approved ? 'approved' : 'denied', reason, keyName(principal), {
       ...(modifier && { modifier: JSON.stringify(modifier) }),
       ...(scope && { scope }),
     }));
