@@ -10,6 +10,7 @@ export type {
   ToolContext,
   AgentSnapshot,
   ToolGate,
+  ToolVerdict,
 } from './types.ts';
 export { runAgent, runToolCall, modelErrorMessage } from './run-agent.ts';
 export { streamModelTurn, type ModelTurn } from './model-turn.ts';

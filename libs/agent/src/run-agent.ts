@@ -8,7 +8,7 @@ import type { TokenUsage } from '@cadre/protocol';
 import { isAbortError, untilAborted } from './abort.ts';
 import { streamModelTurn } from './model-turn.ts';
 import { observeModelCall, observeToolCall } from './telemetry.ts';
-import type { AgentFailureReason, AgentObserver, AgentOutcome, AgentTool, RunAgentOptions, ToolContext } from './types.ts';
+import type { AgentFailureReason, AgentObserver, AgentOutcome, AgentTool, RunAgentOptions, ToolContext, ToolVerdict } from './types.ts';
 
 /**
  * Runs one agent to an outcome: model turn, tool calls, repeat until the model answers without tools.
@@ -48,17 +48,25 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
       : fail('timeout', `timed out after ${spec.timeoutMs} ms`);
 
   /**
-   * Runs one turn's tool calls (or feeds the model their denials) and appends the results in the model's order.
-   * Returns an outcome only when the loop must stop.
+   * Runs one turn's tool calls as their verdicts say (as asked, amended, or denied: the model gets the denial) and
+   * appends the results in the model's order. Returns an outcome only when the loop must stop.
    */
-  const toolStep = async (toolCalls: ChatCompletionMessageFunctionToolCall[], denials: readonly (string | null)[]): Promise<AgentOutcome | null> => {
+  const toolStep = async (asked: ChatCompletionMessageFunctionToolCall[], verdicts: readonly ToolVerdict[]): Promise<AgentOutcome | null> => {
+    const toolCalls = asked.map((call, i) => {
+      const v = verdicts[i];
+      return v && typeof v === 'object' ? { ...call, function: { ...call.function, arguments: v.arguments } } : call;
+    });
+    // The transcript's call is the one that runs (its assistant message is the last: the calls were just asked),
+    // so the model's next turn sees the amended arguments.
+    const last = messages.at(-1);
+    if (last?.role === 'assistant' && toolCalls.some((c, i) => c !== asked[i])) messages[messages.length - 1] = { ...last, tool_calls: toolCalls };
     let results: string[];
     try {
       // Concurrent, but the results go back in the model's order so the transcript is deterministic.
       results = await untilAborted(
         Promise.all(toolCalls.map((call, i) => {
-          const denial = denials[i];
-          return denial != null ? Promise.resolve(`error: tool call denied: ${denial}`) : runToolCall(call, toolsByName, signal, observer);
+          const denial = verdicts[i];
+          return typeof denial === 'string' ? Promise.resolve(`error: tool call denied: ${denial}`) : runToolCall(call, toolsByName, signal, observer);
         })),
         signal,
       );
@@ -74,7 +82,7 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
 
   if (resume) {
     // Picks up at the parked tool calls: nothing before them (the model turn included) runs again.
-    const stopped = await toolStep(resume.toolCalls, resume.denials);
+    const stopped = await toolStep(resume.toolCalls, resume.verdicts);
     if (stopped) return stopped;
   }
 
@@ -118,13 +126,7 @@ export async function runAgent(opts: RunAgentOptions): Promise<AgentOutcome> {
     const verdicts = opts.gate
       ? await opts.gate(turn.toolCalls, { messages: [...messages], usage: { ...usage }, turns, toolCalls: turn.toolCalls })
       : [];
-    const calls = turn.toolCalls.map((call, i) => {
-      const v = verdicts[i];
-      return v && typeof v === 'object' ? { ...call, function: { ...call.function, arguments: v.arguments } } : call;
-    });
-    // The transcript's call is the one that runs, so the model's next turn sees the amended arguments.
-    if (calls.some((c, i) => c !== turn.toolCalls[i])) messages[messages.length - 1] = { role: 'assistant', content: turn.content || null, tool_calls: calls };
-    const stopped = await toolStep(calls, verdicts.map((v) => (typeof v === 'string' ? v : null)));
+    const stopped = await toolStep(turn.toolCalls, verdicts);
     if (stopped) return stopped;
     endTurn();
   }

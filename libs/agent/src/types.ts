@@ -62,17 +62,22 @@ export interface AgentSnapshot {
 }
 
 /**
- * Decides a turn's tool calls before they run: per call, null (run it), a denial reason the model sees as a
- * tool error, or `{arguments}` (run it with these, an approver's amended arguments: JSON text). Throwing stops the
- * loop (runAgent rethrows): that is how a caller parks it at `snapshot`.
+ * What one tool call runs as: null (the call as the model made it), a denial reason the model sees as a tool
+ * error, or `{arguments}` (the call with these instead, an approver's amended arguments: JSON text).
  */
-export type ToolGate = (calls: ChatCompletionMessageFunctionToolCall[], snapshot: AgentSnapshot) => Promise<(string | null | { arguments: string })[]>;
+export type ToolVerdict = string | null | { arguments: string };
+
+/**
+ * Decides a turn's tool calls before they run, a verdict per call. Throwing stops the loop (runAgent rethrows):
+ * that is how a caller parks it at `snapshot`.
+ */
+export type ToolGate = (calls: ChatCompletionMessageFunctionToolCall[], snapshot: AgentSnapshot) => Promise<ToolVerdict[]>;
 
 export interface RunAgentOptions {
   /** Asked before each turn's tools run. */
   gate?: ToolGate;
-  /** Goes on from a parked snapshot: its tool calls run (or are denied) first. */
-  resume?: AgentSnapshot & { denials: (string | null)[] };
+  /** Goes on from a parked snapshot: its tool calls run first, each as its verdict says. */
+  resume?: AgentSnapshot & { verdicts: ToolVerdict[] };
   client: OpenAI;
   spec: AgentSpec;
   /** The user message: the goal or assignment. */

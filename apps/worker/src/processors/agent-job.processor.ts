@@ -1,7 +1,6 @@
 import { DelayedError, UnrecoverableError, WaitingChildrenError, WaitingError, type Job } from 'bullmq';
 import type OpenAI from 'openai';
-import type { ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
-import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentSnapshot, type AgentTool, type ToolGate } from '@cadre/agent';
+import { resolveTools, runAgent, type AgentHooks, type AgentObserver, type AgentOutcome, type AgentSnapshot, type AgentTool, type RunAgentOptions, type ToolGate, type ToolVerdict } from '@cadre/agent';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import type { TokenUsage, WorkerPhaseName } from '@cadre/protocol';
 import {
@@ -122,7 +121,7 @@ export class AgentJobProcessor {
     const [policy, parked] = await Promise.all([approvals.getPolicy(task.workspace_id), approvals.parked(task.task_id, worker.worker_id)]);
     // The worker's own rules first, then the task's, then the workspace's, then the defaults (evaluatePolicy).
     const rules: ApprovalRule[] = [...(JSON.parse(worker.approval_rules ?? '[]') as ApprovalRule[]), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)];
-    let resume: ResumeState | undefined;
+    let resume: RunAgentOptions['resume'];
     if (parked) {
       const state = parked.resume as ResumeState;
       let records = await approvals.many(task.task_id, parked.approval_ids);
@@ -140,13 +139,14 @@ export class AgentJobProcessor {
         await this.sleepUntilDecided(job, lease, task.task_id, records);
       }
       const byCall = new Map(records.map((a) => [a.call_id, a]));
-      const denials = state.toolCalls.map((call, i) => {
+      // An approved call runs with the approver's modifier, if any (the transcript then shows the amended call).
+      const verdicts = state.toolCalls.map((call, i): ToolVerdict => {
         const a = byCall.get(call.id);
         if (!a) return state.denials[i] ?? null;
-        if (a.status === 'approved') return null;
+        if (a.status === 'approved') return a.modifier ? { arguments: a.modifier } : null;
         return a.status === 'expired' ? 'approval timed out' : a.decision_reason || `approval ${a.status}`;
       });
-      resume = withModifiers({ ...state, denials }, byCall);
+      resume = { ...state, verdicts };
     }
     const gate: ToolGate = async (calls, snapshot) => {
       const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
@@ -253,7 +253,7 @@ export class AgentJobProcessor {
     return this.finish(job, lease, task, lead, outcome, { usage: addUsage(workersUsage, outcome.usage) });
   }
 
-  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking', approval?: { gate: ToolGate; resume: ResumeState | undefined }): Promise<AgentOutcome> {
+  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking', approval?: { gate: ToolGate; resume: RunAgentOptions['resume'] }): Promise<AgentOutcome> {
     const { store } = this.deps;
     const hooks: AgentHooks = {
       onTurn: async (turn) => {
@@ -338,20 +338,6 @@ function rulesOf(policy: { rules: ApprovalRule[] } | undefined): ApprovalRule[] 
   return Array.isArray(policy?.rules) ? policy.rules : [];
 }
 
-/**
- * The parked calls with an approver's amended arguments in place: the call runs with them, and the transcript's
- * assistant message says so too, so the model's next turn sees the call that actually ran.
- */
-function withModifiers(state: ResumeState, byCall: ReadonlyMap<string, ApprovalRecord>): ResumeState {
-  const amended = (call: ChatCompletionMessageFunctionToolCall): ChatCompletionMessageFunctionToolCall => {
-    const a = byCall.get(call.id);
-    return a?.status === 'approved' && a.modifier ? { ...call, function: { ...call.function, arguments: a.modifier } } : call;
-  };
-  const messages = state.messages.map((m) => (m.role === 'assistant' && m.tool_calls
-    ? { ...m, tool_calls: m.tool_calls.map((c) => (c.type === 'function' ? amended(c) : c)) }
-    : m));
-  return { ...state, messages, toolCalls: state.toolCalls.map(amended) };
-}
 
 /** Thrown by the gate to stop the loop at a tool-call boundary whose calls need decisions. */
 class Parked extends Error {
