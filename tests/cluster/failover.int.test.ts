@@ -103,34 +103,50 @@ interface LoggedEvent {
  * Each task's log once it ended. A task the gateway answers 404 for fails the test, saying whether the surviving
  * cluster still holds it (each node read directly): a wrong answer, or a task Redis really lost.
  */
-async function finalLogs(taskIds: string[], cluster?: TestCluster): Promise<Map<string, LoggedEvent[]>> {
+async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = ''): Promise<Map<string, LoggedEvent[]>> {
   const logs = await Promise.all(taskIds.map(async (id) => {
     try {
       return (await pollUntilTerminal(stack!.url, id, 90_000)).map((e) => ({ seq: e.seq, event_type: e.event_type, worker_id: e.worker_id, timestamp: e.timestamp }));
     } catch (err) {
       if (!cluster || !/HTTP 404/.test((err as Error).message)) throw err;
-      throw new Error(`task ${id} answered 404 after the takeover; ${await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta)}`, { cause: err });
+      throw new Error(`task ${id} answered 404 after the takeover (${killed}); ${await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta)}`, { cause: err });
     }
   }));
   return new Map(taskIds.map((id, i) => [id, logs[i]!]));
 }
 
-/** Which live nodes of the cluster hold `key` (replicas read with READONLY), and which one serves its slot. */
+/**
+ * Which nodes of the cluster hold `key` (replicas read with READONLY), which one serves its slot, and each node's
+ * view: its role, link to its master, full syncs it served or took, and any error reading it — never swallowed,
+ * since "holds nothing" must mean the node answered so.
+ */
 async function whoHolds(cluster: TestCluster, key: string): Promise<string> {
-  const holders: string[] = [];
+  const views: string[] = [];
   for (const node of cluster.nodes) {
-    const conn = new Redis(node.url, { maxRetriesPerRequest: 1, lazyConnect: true });
+    const conn = new Redis(node.url, { maxRetriesPerRequest: 1, lazyConnect: true, connectTimeout: 1_000, retryStrategy: () => null });
+    conn.on('error', () => undefined);
     try {
       await conn.connect();
       await conn.call('READONLY');
-      if ((await conn.exists(key)) === 1) holders.push(`${node.port} (${(await conn.role())[0]})`);
-    } catch {
-      // A killed node: it holds nothing any more.
+      const replication = await conn.info('replication');
+      const field = (text: string, name: string): string => new RegExp(`^${name}:(.*?)\\r?$`, 'm').exec(text)?.[1] ?? '?';
+      const stats = await conn.info('stats');
+      const state = field((await conn.call('CLUSTER', 'INFO')) as string, 'cluster_state');
+      let holds: string;
+      try {
+        holds = (await conn.exists(key)) === 1 ? 'HOLDS IT' : 'not held';
+      } catch (err) {
+        holds = `not its slot (${(err as Error).message.split(' ')[0]})`;
+      }
+      views.push(`${node.port} ${field(replication, 'role')} ${holds} [cluster ${state}, link ${field(replication, 'master_link_status')}, `
+        + `offset ${field(replication, 'master_repl_offset')}, full syncs served ${field(stats, 'sync_full')}, keys ${await conn.dbsize()}]`);
+    } catch (err) {
+      views.push(`${node.port} unreachable (${(err as Error).message})`);
     } finally {
       conn.disconnect();
     }
   }
-  return `its slot's master is now ${(await cluster.masterOf(key)).port}; nodes holding it: ${holders.join(', ') || 'none'}`;
+  return `its slot's master is now ${(await cluster.masterOf(key)).port}; nodes: ${views.join('; ')}`;
 }
 
 describe('Redis Cluster failover', () => {
@@ -167,10 +183,10 @@ describe('Redis Cluster failover', () => {
     const keys = new KeyBuilder(stack!.prefix);
     const victim = await cluster.masterOf(keys.task(taskIds[0]!).meta);
     const killedAt = Date.now();
-    await cluster.killMaster(victim);
+    const { replicaBehindBytes } = await cluster.killMaster(victim);
     const healedAt = Date.now();
 
-    const logs = await finalLogs(taskIds, cluster);
+    const logs = await finalLogs(taskIds, cluster, `the replica was ${replicaBehindBytes} bytes behind at the kill`);
     const watched = await Promise.all(watches);
     let forgotten = 0;
     // Appends around the kill: the writes that were in flight when the master died.
@@ -186,7 +202,7 @@ describe('Redis Cluster failover', () => {
       forgotten += watched[i]!.events.filter((e) => !kept.has(`${e.seq} ${e.eventType} ${workerOf(e)}`)).length;
     }
     process.stderr.write(`failover with writes in flight: ${running} of ${BUSY_TASKS} tasks running, ${near} appends within 250 ms of the kill; `
-      + `replica took over in ${healedAt - killedAt} ms; `
+      + `replica ${replicaBehindBytes} bytes behind at the kill, took over in ${healedAt - killedAt} ms; `
       + `tasks ${taskIds.map((id) => logs.get(id)!.at(-1)!.event_type.replace('task_', '')).join(',')}; `
       + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused: ${watched.filter((w) => w.refused).length}\n`);
   }, 180_000);

@@ -35,19 +35,28 @@ export async function pollUntilTerminal(baseUrl: string, taskId: string, timeout
   const api = httpClient(baseUrl);
   const events: TeamEvent[] = [];
   const deadline = Date.now() + timeoutMs;
+  const started = Date.now();
   let after = 0;
+  // What the gateway answered so far, for the failure message: how it got to an unexpected answer matters.
+  let unavailable = 0;
+  let lastOkMs: number | undefined;
   while (Date.now() < deadline) {
     const { status, body } = await api.get<{ events: TeamEvent[]; next_after_seq: number }>(`/api/tasks/${taskId}/events?after_seq=${after}&limit=1000`);
     // 503: the store is unavailable for the moment (Redis failing over); a client asks again, as here.
-    if (status !== 200 && status !== 503) throw new Error(`events: HTTP ${status} ${JSON.stringify(body)}`);
+    if (status !== 200 && status !== 503) {
+      throw new Error(`events: HTTP ${status} ${JSON.stringify(body)} after ${Date.now() - started} ms of polling `
+        + `(${unavailable} answers 503; last 200 ${lastOkMs === undefined ? 'never' : `at ${lastOkMs} ms`}; events so far: ${events.map((e) => e.event_type).join(',')})`);
+    }
+    if (status === 503) unavailable++;
     if (status === 200) {
+      lastOkMs = Date.now() - started;
       events.push(...body.events);
       after = body.next_after_seq;
       if (events.some((e) => e.event_type.startsWith('task_') && e.event_type !== 'task_queued')) return events;
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`task ${taskId} did not finish in ${timeoutMs} ms; events so far: ${events.map((e) => e.event_type).join(',')}`);
+  throw new Error(`task ${taskId} did not finish in ${timeoutMs} ms (${unavailable} answers 503); events so far: ${events.map((e) => e.event_type).join(',')}`);
 }
 
 /** Waits until the log holds an event matching `pred`. */

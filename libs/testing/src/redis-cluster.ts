@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import type { TestRedis } from './redis.ts';
-import { pauseUntilReplicated } from './replication.ts';
+import { pauseUntilReplicated, replicationLag } from './replication.ts';
 import { waitUntil } from './wait.ts';
 
 const run = promisify(execFile);
@@ -27,14 +27,15 @@ export interface TestCluster extends TestRedis {
   /** Until every slot is served by a master that answers and every replica has synced with its master. */
   waitHealthy(timeoutMs?: number): Promise<void>;
   /**
-   * kill -9 a master; resolves once its replica has been promoted and the cluster is healthy again. `inSync`: first
-   * pause writes until the replica has everything (see pauseUntilReplicated).
+   * kill -9 a master; resolves once its replica has been promoted and the cluster is healthy again, with how far
+   * the replica was behind just before the kill (bytes of the replication stream; what a failover can lose).
+   * `inSync`: first pause writes until the replica has everything (see pauseUntilReplicated).
    */
-  killMaster(node: EmbeddedRedis, opts?: { inSync?: boolean }): Promise<void>;
+  killMaster(node: EmbeddedRedis, opts?: { inSync?: boolean }): Promise<{ replicaBehindBytes: number }>;
   /**
-   * kill -9 a master after telling its replica not to take over, so its slots stay unserved: resolves once every
-   * live node reports the cluster down (CLUSTERDOWN to every command). `takeOver()` then has the replica take the
-   * slots (CLUSTER FAILOVER TAKEOVER) and resolves once the cluster is healthy again.
+   * kill -9 a master, its replica in sync, after telling the replica not to take over, so its slots stay unserved:
+   * resolves once every live node reports the cluster down (CLUSTERDOWN to every command). `takeOver()` then has
+   * the replica take the slots (CLUSTER FAILOVER TAKEOVER) and resolves once the cluster is healthy again.
    */
   killMasterWithoutTakeover(node: EmbeddedRedis): Promise<{ takeOver(): Promise<void> }>;
   stop(): Promise<void>;
@@ -99,13 +100,18 @@ export async function startTestCluster(): Promise<TestCluster> {
     async killMaster(node, opts = {}) {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
       if (opts.inSync) await pauseUntilReplicated(node.url, replica.url);
+      const replicaBehindBytes = await replicationLag(node.url, replica.url);
       await killNode(node, held);
       await withConnection(replica, untilMaster);
       await cluster.waitHealthy();
+      return { replicaBehindBytes };
     },
     async killMasterWithoutTakeover(node) {
       const replica = await replicaOf(nodes.filter((n) => isUp(n) && n !== node), node.port);
       await withConnection(replica, (conn) => conn.config('SET', 'cluster-replica-no-failover', 'yes'));
+      // What is tested is what readers are told while the slots are unserved, not what async replication drops:
+      // a write the replica never got (a task created just before the kill) would be gone after the takeover.
+      await pauseUntilReplicated(node.url, replica.url);
       await killNode(node, held);
       await waitUntil('the test cluster to report itself down after the kill', () => clusterDown(nodes.filter(isUp)), { timeoutMs: 30_000, everyMs: 100 });
       return {
