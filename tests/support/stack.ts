@@ -134,10 +134,20 @@ export class TestStack {
 
   async stop(): Promise<void> {
     for (const child of this.children) if (child.exitCode === null) child.kill('SIGKILL');
-    await Promise.all(this.pools.map((p) => p.close(0)));
-    await Promise.all(this.gateways.map((g) => g.close()));
-    await this.model.close();
-    await this.redis.stop();
+    await saysIfSlow('closing the worker pools', Promise.all(this.pools.map((p) => p.close(0))));
+    await saysIfSlow('closing the gateways', Promise.all(this.gateways.map((g) => g.close())));
+    await saysIfSlow('closing the scripted model', this.model.close());
+    await saysIfSlow('stopping Redis', this.redis.stop());
+  }
+}
+
+/** A stop that hangs fails its test with a hook timeout that names nothing: this names the part still waited for. */
+async function saysIfSlow<T>(what: string, done: Promise<T>, afterMs = 20_000): Promise<T> {
+  const warn = setTimeout(() => process.stderr.write(`TestStack.stop: ${what} has not finished after ${afterMs} ms\n`), afterMs);
+  try {
+    return await done;
+  } finally {
+    clearTimeout(warn);
   }
 }
 
