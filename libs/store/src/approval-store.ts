@@ -169,11 +169,6 @@ export class ApprovalStore {
     await this.announce(approvals[0]?.workspace_id ?? '', 'approval_requested', approvals);
   }
 
-  async parked(taskId: string, workerId: string): Promise<ParkedState | null> {
-    const raw = await this.redis.hget(this.keys.taskApprovals(taskId).parked, workerId);
-    return raw ? (JSON.parse(raw) as ParkedState) : null;
-  }
-
   async get(approvalId: string): Promise<ApprovalRecord | null> {
     const taskId = taskOfApproval(approvalId);
     if (!taskId) return null;

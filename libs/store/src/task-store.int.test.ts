@@ -31,7 +31,7 @@ describe('fencing by lease', () => {
     const first = await store.claimWorker(taskId, 'writer-1', 'lease-A', 'host-a');
     expect(first).toMatchObject({ kind: 'started', attempt: 1, worker: { worker_id: 'writer-1', role: 'writer', status: 'running' } });
     // The claim hands the job its task context, so it needs no further reads.
-    expect(first.task).toEqual({ task_id: taskId, workspace_id: 'w', goal: 'g', mode: 'named', team, roster_size: 2 });
+    expect(first.task).toEqual({ task_id: taskId, workspace_id: 'w', goal: 'g', mode: 'named', team });
     await store.appendWorkerEvent(taskId, 'writer-1', 'lease-A', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
 
     // Lease A's lock expired; another process took the job with lease B.

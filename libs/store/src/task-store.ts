@@ -5,6 +5,7 @@ import { readHeadAndPage, type WatchableLog } from './event-fanout.ts';
 import { KeyBuilder, type TaskKeys } from './keys.ts';
 import { checkCursor, scriptError } from './errors.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
+import type { ParkedState } from './approval-store.ts';
 import { LEAD_WORKER_ID, type NewTask, type TaskContext, type TaskRecord, type WorkerRecord, type WorkerView } from './task-types.ts';
 import { decodeEntry, fieldsOf, type StreamEntry } from './event-codec.ts';
 import { listMember, listTasks, TASK_LIST_MAX_ENTRIES, type TaskListPage } from './task-list.ts';
@@ -28,6 +29,8 @@ export interface ClaimResult {
   task: TaskContext;
   /** The lead's claim only: the roster as it stood at the claim (as getTask shows it), the lead first. */
   team?: WorkerView[];
+  /** A worker's claim only: the transcript it saved when it last parked on approvals (it resumes from there). */
+  parked?: ParkedState;
 }
 
 export type WorkerOutcome =
@@ -203,11 +206,14 @@ export class TaskStore {
     return raw ? parseWorker(raw) : null;
   }
 
-  /** Takes the worker's attempt; the lead's claim also reads the roster (its workers' results), in the same script. */
+  /**
+   * Takes the worker's attempt. In the same script the lead's claim also reads the roster (its workers' results),
+   * a worker's its parked transcript, if any.
+   */
   async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
     const isLead = workerId === LEAD_WORKER_ID;
-    const [code, attempt, worker, context, roster] = await this.scripts.claimWorker(
-      ...this.k(taskId), taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId), isLead ? '1' : '0',
+    const [code, attempt, worker, context, extra] = await this.scripts.claimWorker(
+      ...this.k(taskId), this.keys.taskApprovals(taskId).parked, taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId), isLead ? '1' : '0',
     );
     if (code < 0) throw scriptError(code, `claim ${workerId}`);
     const task = JSON.parse(context!) as Omit<TaskContext, 'team'> & { team: string };
@@ -216,7 +222,7 @@ export class TaskStore {
       attempt,
       worker: parseWorker(worker!),
       task: { ...task, team: JSON.parse(task.team) as TaskContext['team'] },
-      ...(roster && { team: workerViews(fieldsOf(roster)) }),
+      ...(isLead ? { team: workerViews(fieldsOf(extra as string[])) } : extra && { parked: JSON.parse(extra as string) as ParkedState }),
     };
   }
 

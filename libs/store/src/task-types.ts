@@ -83,6 +83,4 @@ export interface TaskContext {
   goal: string;
   mode: TeamMode;
   team: TeamSpec;
-  /** Roster entries so far (the lead included): where spawned workers' numbers start. */
-  roster_size: number;
 }

@@ -97,12 +97,12 @@ export class AgentJobProcessor {
       }
       throw err;
     }
-    const { task, worker } = claim;
+    const { worker } = claim;
     const ac = this.deps.cancels.register(taskId);
     this.running.set(job.id!, ac);
     log.info({ attempt: worker.attempt, step: job.data.step }, 'agent job started');
     try {
-      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, claim, ac) : await this.runWorker(job, token, task, worker, ac);
+      const result = workerId === LEAD_WORKER_ID ? await this.runLead(job, token, claim, ac) : await this.runWorker(job, token, claim, ac);
       const ms = performance.now() - started;
       this.deps.onFinished?.(result.status === 'completed' ? 'completed' : 'failed', ms);
       log.info({ status: result.status, ms: Math.round(ms) }, 'agent job finished');
@@ -115,12 +115,15 @@ export class AgentJobProcessor {
     }
   };
 
-  private async runWorker(job: Job<AgentJobData>, lease: string, task: TaskContext, worker: WorkerRecord, ac: AbortController): Promise<AgentJobResult> {
+  private async runWorker(job: Job<AgentJobData>, lease: string, claim: ClaimResult, ac: AbortController): Promise<AgentJobResult> {
     const { approvals } = this.deps;
-    // Two reads in different slots (the workspace's policy, the task's parked state): one round trip.
-    const [policy, parked] = await Promise.all([approvals.getPolicy(task.workspace_id), approvals.parked(task.task_id, worker.worker_id)]);
+    const { task, worker, parked } = claim;
+    // The workspace's policy is read at the first tool calls, not before the first model call: a worker that calls
+    // no tool never needs it (and one that does sees the policy as it is then).
+    let rules: Promise<ApprovalRule[]> | undefined;
     // The worker's own rules first, then the task's, then the workspace's, then the defaults (evaluatePolicy).
-    const rules: ApprovalRule[] = [...(JSON.parse(worker.approval_rules ?? '[]') as ApprovalRule[]), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)];
+    const rulesNow = (): Promise<ApprovalRule[]> => (rules ??= approvals.getPolicy(task.workspace_id).then((policy) =>
+      [...(JSON.parse(worker.approval_rules ?? '[]') as ApprovalRule[]), ...rulesOf(task.team.approval_policy), ...rulesOf(policy)]));
     let resume: RunAgentOptions['resume'];
     if (parked) {
       const state = parked.resume as ResumeState;
@@ -149,7 +152,8 @@ export class AgentJobProcessor {
       resume = { ...state, verdicts };
     }
     const gate: ToolGate = async (calls, snapshot) => {
-      const verdicts = calls.map((call) => evaluatePolicy(rules, call.function.name, call.function.arguments));
+      const ruleList = await rulesNow();
+      const verdicts = calls.map((call) => evaluatePolicy(ruleList, call.function.name, call.function.arguments));
       const denials = verdicts.map((v) => (v.action === 'deny' ? v.reason : null));
       // An approval for the rest of the task covers the same tool and arguments: those calls run without asking.
       const asking = calls.filter((_, i) => verdicts[i]!.action === 'ask');
@@ -197,7 +201,7 @@ export class AgentJobProcessor {
     let team = claim.team ?? [];
     if (job.data.step === 'plan') {
       let workerIds: string[];
-      if (task.roster_size > 1 + task.team.workers.length) {
+      if (team.length > 1 + task.team.workers.length) {
         // An earlier attempt planned and added its workers, then died: keep that team (asking the model again
         // could name other workers and double it) and make sure each has its job.
         workerIds = team.map((w) => w.worker_id).filter((id) => id !== LEAD_WORKER_ID);

@@ -18,8 +18,18 @@ local fields = cjson.decode(ARGV[2])
 local roster = cjson.decode(ARGV[3])
 
 local now = nowMs()
-for k, v in pairs(fields) do redis.call('HSET', metaKey, k, v) end
-redis.call('HSET', metaKey, 'status', 'queued', 'seq', 0, 'created_at', now, 'updated_at', now)
-for _, w in ipairs(roster) do saveWorker(w) end
+-- One HSET per hash, whatever the number of fields and workers.
+local metaFields = {}
+for k, v in pairs(fields) do
+  metaFields[#metaFields + 1] = k
+  metaFields[#metaFields + 1] = v
+end
+redis.call('HSET', metaKey, 'status', 'queued', 'seq', 0, 'created_at', now, 'updated_at', now, unpack(metaFields))
+local workers = {}
+for _, w in ipairs(roster) do
+  workers[#workers + 1] = w.worker_id
+  workers[#workers + 1] = cjson.encode(w)
+end
+redis.call('HSET', rosterKey, unpack(workers))
 appendEvent(taskId, maxLen, channel, 'task_queued', '', 0, ARGV[4])
 return now

@@ -8,11 +8,11 @@
   ARGV[2] taskId
   ARGV[3] entries kept in the index (the oldest beyond are dropped)
   ARGV[4] members from this one on (older than the retention) are dropped
-  Returns the number of entries left in the index.
+  Returns 1 when the task was not listed yet, 0 when it was (a relisting).
 ]]
-redis.call('ZADD', KEYS[1], 0, ARGV[1])
+local added = redis.call('ZADD', KEYS[1], 0, ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
 -- Bounded: by count, and by age (a finished task's keys are gone after the retention; its entry would list nothing).
 redis.call('ZREMRANGEBYLEX', KEYS[1], '[' .. ARGV[4], '+')
 redis.call('ZREMRANGEBYRANK', KEYS[1], tonumber(ARGV[3]), -1)
-return redis.call('ZCARD', KEYS[1])
+return added

@@ -3,22 +3,25 @@
   if the roster shows another lease still running, that attempt was lost (its lock expired), so it is closed in
   the log (worker_failed worker_lost, worker_exited) before the new attempt starts. Any later write from the
   old lease is refused by the fence check in the other scripts.
-  KEYS[1] meta   KEYS[2] events   KEYS[3] roster
+  KEYS[1] meta   KEYS[2] events   KEYS[3] roster   KEYS[4] parked hash (a worker's transcript saved at its approvals)
   ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] host id   ARGV[5] max events   ARGV[6] channel
-  ARGV[7] '1': also return the roster (the lead reads its workers' results next)
-  Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team, roster_size)
-            [, roster as HGETALL's flat list] }:
-     1 new attempt started (worker_started appended)    2 resumed after waiting for its children
+  ARGV[7] '1': the lead's claim: also return the roster (the lead reads its workers' results next);
+          '0': a worker's claim: also return its parked transcript (false when it never parked)
+  Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team),
+            roster as HGETALL's flat list | parked JSON or false }:
+     1 new attempt started (worker_started appended)    2 resumed after waiting for its children or approvals
      3 this lease already holds the attempt
     ERR.task_not_found   ERR.task_finished   ERR.worker_not_found   ERR.worker_finished
-  The job needs the worker and the task's goal and team (and the lead its team's results): returning them here
-  saves it those round trips.
+  The job needs the worker and the task's goal and team (the lead its team's results, a worker whether it resumes
+  a parked transcript): returning them here saves it those round trips.
 ]]
 --@include errors
 --@include task-log
 
--- Every task's meta has a status (createTask writes it with the rest): none means no task.
-local taskStatus = redis.call('HGET', metaKey, 'status')
+-- The status and the context in one read. Every task's meta has a status (createTask writes it with the rest):
+-- none means no task.
+local m = redis.call('HMGET', metaKey, 'status', 'task_id', 'workspace_id', 'goal', 'mode', 'team')
+local taskStatus = m[1]
 if not taskStatus then return { ERR.task_not_found, 0 } end
 if TERMINAL[taskStatus] then return { ERR.task_finished, 0 } end
 local taskId, workerId, lease, hostId, maxLen, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -26,11 +29,10 @@ local w = loadWorker(workerId)
 if not w then return { ERR.worker_not_found, 0 } end
 if w.status == 'completed' or w.status == 'failed' then return { ERR.worker_finished, w.attempt } end
 local function claimed(code)
-  local m = redis.call('HMGET', metaKey, 'task_id', 'workspace_id', 'goal', 'mode', 'team')
-  local context = cjson.encode({ task_id = m[1], workspace_id = m[2], goal = m[3], mode = m[4], team = m[5],
-    roster_size = redis.call('HLEN', rosterKey) })
-  if ARGV[7] == '1' then return { code, w.attempt, cjson.encode(w), context, redis.call('HGETALL', rosterKey) } end
-  return { code, w.attempt, cjson.encode(w), context }
+  local context = cjson.encode({ task_id = m[2], workspace_id = m[3], goal = m[4], mode = m[5], team = m[6] })
+  local extra
+  if ARGV[7] == '1' then extra = redis.call('HGETALL', rosterKey) else extra = redis.call('HGET', KEYS[4], workerId) end
+  return { code, w.attempt, cjson.encode(w), context, extra }
 end
 if w.status == 'running' and w.lease == lease then return claimed(3) end
 
