@@ -1,0 +1,73 @@
+// Redis commands a team task costs in the store (issue 7: Cadre made about twice the Redis calls of a raw BullMQ
+// flow). Counted by the server itself (INFO commandstats, commands run inside Lua included, as the overhead bench
+// counts them) on this file's private Redis, so the figures are exact. A cut lowers them: update the figure and
+// say what changed. A rise is a regression unless a new guarantee pays for it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { KeyBuilder, TaskStore } from '@cadre/store';
+
+let server: TestRedis;
+let redis: Redis;
+let admin: Redis;
+let store: TaskStore;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = new Redis(server.url);
+  admin = new Redis(server.url);
+  store = new TaskStore({ redis, keys: new KeyBuilder(`cmds${process.pid}`) });
+});
+afterAll(async () => {
+  redis?.disconnect();
+  admin?.disconnect();
+  await server?.stop();
+});
+
+/** Commands the server ran for `step` (CONFIG RESETSTAT before, INFO commandstats after; neither is counted). */
+async function commandsOf(step: () => Promise<unknown>): Promise<number> {
+  await admin.config('RESETSTAT');
+  await step();
+  const info = await admin.info('commandstats');
+  let calls = 0;
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (m[1] !== 'info' && m[1] !== 'config|resetstat') calls += Number(m[2]);
+  return calls;
+}
+
+const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
+const team = { lead: { instructions: 'lead' }, workers: [{ role: 'writer', instructions: 'write', tools: [] }], max_workers: 4 };
+
+/** The store's calls for a one-worker named team, step by step, as the gateway and the worker make them. */
+async function runTask(measure: (step: () => Promise<unknown>) => Promise<unknown>): Promise<void> {
+  let taskId = '';
+  await measure(async () => {
+    const { task } = await store.createTask({ workspace_id: 'w', goal: 'g', team, metadata: {} });
+    taskId = task.task_id;
+    await Promise.all([store.listNew(task), store.enqueued(taskId)]);
+  });
+  await measure(async () => {
+    await store.claimWorker(taskId, 'writer-1', 'W', 'h');
+    await store.appendWorkerEvent(taskId, 'writer-1', 'W', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
+    await store.finishWorker(taskId, 'writer-1', 'W', { outcome: 'completed', result: 'draft', usage });
+  });
+  await measure(async () => {
+    await store.claimWorker(taskId, 'lead', 'L', 'h');
+    await store.appendWorkerEvent(taskId, 'lead', 'L', 'worker_phase', { phase: 'synthesizing', mode: 'react', turn: 1 });
+    await store.finishWorker(taskId, 'lead', 'L', { outcome: 'completed', result: 'done', usage }, { status: 'completed', result: 'done', usage }, 'w');
+  });
+}
+
+describe('Redis commands per team task (store)', () => {
+  it('a one-worker named team, from creation to the task end', async () => {
+    // Once before counting: every script's first run on a server is an EVALSHA refused with NOSCRIPT, then an EVAL.
+    await runTask((step) => step());
+    const counts: number[] = [];
+    await runTask(async (step) => counts.push(await commandsOf(step)));
+    const steps = { create: counts[0], worker: counts[1], lead: counts[2] };
+    // create: the enqueue mark and its removal (2), createTask (8: EVALSHA, EXISTS, TIME, an HSET for the meta and
+    // one for the roster, the task_queued append's HINCRBY, XADD, SPUBLISH), the listing (indexTask 5, SADD of the
+    // workspace, HINCRBY of the stats). worker: claim 10 (with its parked read), append 7, finish 11. lead: claim 9
+    // (with the roster), append 7, finish with the task's end 18, then the stats and the unfinished set (2).
+    expect(steps).toEqual({ create: 17, worker: 28, lead: 36 });
+  });
+});
