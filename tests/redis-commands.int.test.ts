@@ -46,8 +46,10 @@ async function runTask(measure: (step: () => Promise<unknown>) => Promise<unknow
     await Promise.all([store.listNew(task), store.enqueued(taskId)]);
   });
   await measure(async () => {
-    await store.claimWorker(taskId, 'writer-1', 'W', 'h');
-    await store.appendWorkerEvent(taskId, 'writer-1', 'W', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
+    // As the agent job processor does: the loop's turn 1 appends its phase unless the claim did.
+    const phase = { phase: 'thinking', mode: 'react', turn: 1 } as const;
+    const claim = await store.claimWorker(taskId, 'writer-1', 'W', 'h', phase);
+    if (!claim.firstPhaseLogged) await store.appendWorkerEvent(taskId, 'writer-1', 'W', 'worker_phase', phase);
     await store.finishWorker(taskId, 'writer-1', 'W', { outcome: 'completed', result: 'draft', usage });
   });
   await measure(async () => {
@@ -66,8 +68,9 @@ describe('Redis commands per team task (store)', () => {
     const steps = { create: counts[0], worker: counts[1], lead: counts[2] };
     // create: the enqueue mark and its removal (2), createTask (8: EVALSHA, EXISTS, TIME, an HSET for the meta and
     // one for the roster, the task_queued append's HINCRBY, XADD, SPUBLISH), the listing (indexTask 5, SADD of the
-    // workspace, HINCRBY of the stats). worker: claim 10 (with its parked read), append 7, finish 11. lead: claim 9
-    // (with the roster), append 7, finish with the task's end 18, then the stats and the unfinished set (2).
-    expect(steps).toEqual({ create: 17, worker: 28, lead: 36 });
+    // workspace, HINCRBY of the stats). worker: claim 13 (with its parked read and its first phase's append),
+    // finish 11. lead: claim 9 (with the roster), append 7, finish with the task's end 18, then the stats and the
+    // unfinished set (2).
+    expect(steps).toEqual({ create: 17, worker: 24, lead: 36 });
   });
 });

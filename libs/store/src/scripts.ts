@@ -90,7 +90,7 @@ const scriptsByConnection = new WeakMap<RedisClient, StoreScripts>();
 export type ScriptArg = string | number;
 export interface StoreScripts {
   createTask(...args: ScriptArg[]): Promise<number>;
-  claimWorker(...args: ScriptArg[]): Promise<[number, number, string?, string?, (string[] | string | null)?]>;
+  claimWorker(...args: ScriptArg[]): Promise<[number, number, string?, string?, (string[] | string | null)?, number?]>;
   appendWorkerEvent(...args: ScriptArg[]): Promise<number>;
   finishWorker(...args: ScriptArg[]): Promise<number>;
   addWorkers(...args: ScriptArg[]): Promise<number>;

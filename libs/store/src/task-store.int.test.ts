@@ -3,15 +3,19 @@ import { startTestRedis, type TestRedis, type TestRedisClient } from '@cadre/tes
 import { KeyBuilder } from './keys.ts';
 import { StoreError } from './errors.ts';
 import { TaskStore } from './task-store.ts';
+import { ApprovalStore, newApprovalId } from './approval-store.ts';
 
 let server: TestRedis;
 let redis: TestRedisClient;
 let store: TaskStore;
+let approvals: ApprovalStore;
 
 beforeAll(async () => {
   server = await startTestRedis();
   redis = server.connect();
-  store = new TaskStore({ redis, keys: new KeyBuilder(`fence${process.pid}`) });
+  const keys = new KeyBuilder(`fence${process.pid}`);
+  store = new TaskStore({ redis, keys });
+  approvals = new ApprovalStore({ redis, keys });
 });
 afterAll(async () => {
   redis?.disconnect();
@@ -74,6 +78,30 @@ describe('fencing by lease', () => {
     expect(lead.team!.map((w) => [w.worker_id, w.status, w.result, w.usage])).toEqual([
       ['lead', 'running', null, null],
       ['writer-1', 'completed', 'draft', usage],
+    ]);
+  });
+
+  it("a worker's claim appends its first phase for a new attempt with nothing parked, and only then", async () => {
+    const taskId = await newTask();
+    const phase = { phase: 'thinking', mode: 'react', turn: 1 } as const;
+    const logged = async (): Promise<string[]> => (await store.readEvents(taskId, 0, 100))!.events.map((e) => `${e.event_type}#${e.attempt}`);
+    expect((await store.claimWorker(taskId, 'writer-1', 'A', 'h', phase)).firstPhaseLogged).toBe(true);
+    expect(await logged()).toEqual(['task_queued#0', 'worker_started#1', 'worker_phase#1']);
+    // The same lease again (held): nothing new.
+    expect(await store.claimWorker(taskId, 'writer-1', 'A', 'h', phase)).toMatchObject({ kind: 'held', firstPhaseLogged: false });
+    // Parked on an approval, then woken: it resumes its transcript (handed over by the claim) at its tool calls.
+    const now = Date.now();
+    const ask = {
+      approval_id: newApprovalId(taskId), workspace_id: 'w', task_id: taskId, worker_id: 'writer-1', call_id: 'c1', tool_name: 'calculate',
+      arguments: '{}', reason: 'asks', timeout_secs: 60, status: 'pending' as const, created_at: now, expires_at: now + 60_000, order: 0,
+    };
+    const state = { resume: { turns: 1 }, approval_ids: [ask.approval_id] };
+    await approvals.park(taskId, 'writer-1', 'A', state, [ask]);
+    expect(await store.claimWorker(taskId, 'writer-1', 'B', 'h', phase)).toMatchObject({ kind: 'resumed', parked: state, firstPhaseLogged: false });
+    // That attempt is lost; the next one is new but resumes the same transcript: no turn 1 to log.
+    expect(await store.claimWorker(taskId, 'writer-1', 'C', 'h', phase)).toMatchObject({ kind: 'started', attempt: 2, parked: state, firstPhaseLogged: false });
+    expect(await logged()).toEqual([
+      'task_queued#0', 'worker_started#1', 'worker_phase#1', 'worker_approval_requested#1', 'worker_failed#1', 'worker_exited#1', 'worker_started#2',
     ]);
   });
 

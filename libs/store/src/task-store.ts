@@ -31,7 +31,11 @@ export interface ClaimResult {
   team?: WorkerView[];
   /** A worker's claim only: the transcript it saved when it last parked on approvals (it resumes from there). */
   parked?: ParkedState;
+  /** The claim appended the `firstPhase` it was given (a new attempt with nothing parked): turn 1 is logged. */
+  firstPhaseLogged: boolean;
 }
+
+type WorkerPhasePayload = Extract<TeamEventInput, { event_type: 'worker_phase' }>['payload'];
 
 export type WorkerOutcome =
   | { outcome: 'completed'; result: string; usage: TokenUsage }
@@ -208,12 +212,14 @@ export class TaskStore {
 
   /**
    * Takes the worker's attempt. In the same script the lead's claim also reads the roster (its workers' results),
-   * a worker's its parked transcript, if any.
+   * a worker's its parked transcript, if any. `firstPhase` (workers only): the worker_phase its loop's first turn
+   * would append, appended here when the attempt is new and has nothing parked to resume (see firstPhaseLogged).
    */
-  async claimWorker(taskId: string, workerId: string, lease: string, hostId: string): Promise<ClaimResult> {
+  async claimWorker(taskId: string, workerId: string, lease: string, hostId: string, firstPhase?: WorkerPhasePayload): Promise<ClaimResult> {
     const isLead = workerId === LEAD_WORKER_ID;
-    const [code, attempt, worker, context, extra] = await this.scripts.claimWorker(
-      ...this.k(taskId), this.keys.taskApprovals(taskId).parked, taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId), isLead ? '1' : '0',
+    const [code, attempt, worker, context, extra, phaseAppended] = await this.scripts.claimWorker(
+      ...this.k(taskId), this.keys.taskApprovals(taskId).parked, taskId, workerId, lease, hostId, this.maxEvents, this.keys.taskAppended(taskId),
+      isLead ? '1' : '0', firstPhase && !isLead ? JSON.stringify(firstPhase) : '',
     );
     if (code < 0) throw scriptError(code, `claim ${workerId}`);
     const task = JSON.parse(context!) as Omit<TaskContext, 'team'> & { team: string };
@@ -223,6 +229,7 @@ export class TaskStore {
       worker: parseWorker(worker!),
       task: { ...task, team: JSON.parse(task.team) as TaskContext['team'] },
       ...(isLead ? { team: workerViews(fieldsOf(extra as string[])) } : extra && { parked: JSON.parse(extra as string) as ParkedState }),
+      firstPhaseLogged: phaseAppended === 1,
     };
   }
 

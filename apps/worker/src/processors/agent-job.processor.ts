@@ -87,7 +87,10 @@ export class AgentJobProcessor {
 
     let claim: ClaimResult;
     try {
-      claim = await this.deps.store.claimWorker(taskId, workerId, token, this.deps.hostId);
+      // A worker's loop starts with turn 1's phase: the claim appends it (when the attempt is new and has nothing
+      // parked to resume), so the loop's first model call follows the claim with no write in between.
+      const firstPhase = workerId !== LEAD_WORKER_ID && this.deps.maxTurns >= 1 ? turnPhase('thinking', 1) : undefined;
+      claim = await this.deps.store.claimWorker(taskId, workerId, token, this.deps.hostId, firstPhase);
     } catch (err) {
       // The task was cancelled or finished, or this worker already finished (a crash after its last write):
       // nothing is left to do for this job.
@@ -174,7 +177,7 @@ export class AgentJobProcessor {
     };
     let outcome: AgentOutcome;
     try {
-      outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal, 'thinking', { gate, resume });
+      outcome = await this.runLoop(task, worker, lease, resolveTools(worker.tools), `Team goal: ${task.goal}`, ac.signal, 'thinking', { gate, resume }, claim.firstPhaseLogged);
     } catch (err) {
       if (!(err instanceof Parked)) throw err;
       await approvals.park(task.task_id, worker.worker_id, lease, { resume: err.state, approval_ids: err.asks.map((a) => a.approval_id) }, err.asks);
@@ -257,11 +260,13 @@ export class AgentJobProcessor {
     return this.finish(job, lease, task, lead, outcome, { usage: addUsage(workersUsage, outcome.usage) });
   }
 
-  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking', approval?: { gate: ToolGate; resume: RunAgentOptions['resume'] }): Promise<AgentOutcome> {
+  /** `firstTurnLogged`: the claim already appended turn 1's phase. */
+  private runLoop(task: TaskContext, worker: WorkerRecord, lease: string, tools: AgentTool[], input: string, signal: AbortSignal, phase: WorkerPhaseName = 'thinking', approval?: { gate: ToolGate; resume: RunAgentOptions['resume'] }, firstTurnLogged = false): Promise<AgentOutcome> {
     const { store } = this.deps;
     const hooks: AgentHooks = {
       onTurn: async (turn) => {
-        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_phase', { phase, mode: 'react', turn });
+        if (turn === 1 && firstTurnLogged) return;
+        await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_phase', turnPhase(phase, turn));
       },
       onToolCall: async (call) => {
         await store.appendWorkerEvent(task.task_id, worker.worker_id, lease, 'worker_tool_call', { tool: call.tool, call_id: call.callId, arguments: call.arguments });
@@ -336,6 +341,9 @@ type Outcome = AgentOutcome | { ok: false; reason: 'team_failed'; message: strin
 
 /** A parked loop's snapshot plus the denials the policy made without asking. */
 type ResumeState = AgentSnapshot & { denials: (string | null)[] };
+
+/** The worker_phase an agent loop's turn appends. */
+const turnPhase = (phase: WorkerPhaseName, turn: number) => ({ phase, mode: 'react', turn }) as const;
 
 /** A policy's rules as stored: Lua's cjson writes an empty list as `{}`, so anything but a list means none. */
 function rulesOf(policy: { rules: ApprovalRule[] } | undefined): ApprovalRule[] {

@@ -7,8 +7,10 @@
   ARGV[1] taskId   ARGV[2] workerId   ARGV[3] lease   ARGV[4] host id   ARGV[5] max events   ARGV[6] channel
   ARGV[7] '1': the lead's claim: also return the roster (the lead reads its workers' results next);
           '0': a worker's claim: also return its parked transcript (false when it never parked)
+  ARGV[8] a worker's first worker_phase payload JSON, or '': a new attempt with no parked transcript starts its
+          loop at turn 1, so its phase is appended here, after worker_started, instead of by a script of its own
   Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team),
-            roster as HGETALL's flat list | parked JSON or false }:
+            roster as HGETALL's flat list | parked JSON or false, 1 when ARGV[8]'s phase was appended else 0 }:
      1 new attempt started (worker_started appended)    2 resumed after waiting for its children or approvals
      3 this lease already holds the attempt
     ERR.task_not_found   ERR.task_finished   ERR.worker_not_found   ERR.worker_finished
@@ -30,9 +32,14 @@ if not w then return { ERR.worker_not_found, 0 } end
 if w.status == 'completed' or w.status == 'failed' then return { ERR.worker_finished, w.attempt } end
 local function claimed(code)
   local context = cjson.encode({ task_id = m[2], workspace_id = m[3], goal = m[4], mode = m[5], team = m[6] })
-  local extra
-  if ARGV[7] == '1' then extra = redis.call('HGETALL', rosterKey) else extra = redis.call('HGET', KEYS[4], workerId) end
-  return { code, w.attempt, cjson.encode(w), context, extra }
+  if ARGV[7] == '1' then return { code, w.attempt, cjson.encode(w), context, redis.call('HGETALL', rosterKey), 0 } end
+  local parked = redis.call('HGET', KEYS[4], workerId)
+  local phaseAppended = 0
+  if code == 1 and not parked and ARGV[8] ~= '' then
+    appendEvent(taskId, maxLen, channel, 'worker_phase', workerId, w.attempt, ARGV[8])
+    phaseAppended = 1
+  end
+  return { code, w.attempt, cjson.encode(w), context, parked, phaseAppended }
 end
 if w.status == 'running' and w.lease == lease then return claimed(3) end
 
