@@ -2,7 +2,7 @@ import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
-import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
+import { SESSION_TURN_JOB, SessionQueue, TurnRunner, turnSeconds, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended, type AgentJobData } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
@@ -110,7 +110,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     if (job.name === SESSION_TURN_JOB) {
       const { sessionId, wake } = job.data as SessionTurnJobData;
       const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times`, retryable: true };
-      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).then((ended) => ended && sessionTurns.turnEnded({ outcome: 'error' }), () => undefined);
+      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).then((ended) => ended && sessionTurns.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) }), () => undefined);
       return;
     }
     const { taskId, workerId } = job.data as AgentJobData;

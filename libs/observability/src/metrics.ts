@@ -138,7 +138,7 @@ export function approvalMetrics(registry: Registry): (records: readonly { status
 /** How a session turn ended (turn_complete's stop reason); a model's rarer finish reasons count as `other`. */
 const TURN_OUTCOMES = ['end_turn', 'max_tokens', 'max_turns', 'denied', 'error', 'cancelled'] as const;
 
-/** `cadre_session_turns_total`: on the worker for turns its loops end, on the gateway for turns a client cancels. */
+/** `cadre_session_turns_total`: on the worker for turns its loops end, on the gateway for turns a client cancels or a close ends. */
 export function sessionTurnCounter(registry: Registry): (outcome: string) => void {
   const turns = new Counter({ name: 'cadre_session_turns_total', help: 'Session turns ended by this process, by outcome (the turn_complete stop reason: end_turn, max_tokens, max_turns, denied, error, cancelled, other)', labelNames: ['outcome'], registers: [registry] });
   for (const outcome of TURN_OUTCOMES) turns.inc({ outcome }, 0);

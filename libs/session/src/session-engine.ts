@@ -71,7 +71,7 @@ export interface SessionEngineDeps {
   /** Models a session may switch to (setModel); the default model is always one. */
   models?: string[];
   defaultMaxContextTokens?: number;
-  /** Hears of every turn a cancel or abort ends here (outcome `cancelled`): the gateway's session metrics. */
+  /** Hears of every turn a cancel, abort or close ends here (outcome `cancelled`): the gateway's session metrics. */
   turns?: Pick<TurnObserver, 'turnEnded'>;
 }
 
@@ -361,15 +361,17 @@ export class SessionEngine {
   async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
     checkText(reason, L.reason, 'reason');
     await this.access(scope, sessionId);
-    const cancelled = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
-    if (cancelled) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
-    return cancelled;
+    const ended = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
+    if (ended) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
+    return ended !== null;
   }
 
   async close(scope: Scope, sessionId: string, reason: string): Promise<SessionRecord> {
     checkText(reason, L.reason, 'reason');
     await this.access(scope, sessionId);
-    await this.mapped(this.deps.store.closeSession(sessionId, reason));
+    // A turn the close cut short ends as a cancel does (turn_complete's stop reason `cancelled`): counted as one.
+    const { endedTurn } = await this.mapped(this.deps.store.closeSession(sessionId, reason));
+    if (endedTurn) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
     return this.get(scope, sessionId);
   }
 

@@ -40,6 +40,11 @@ export interface TurnObserver {
   resumed(resume: { parkedSeconds: number }): void;
 }
 
+/** A turn's duration for the TurnObserver: from its start (ms, as the store recorded it; 0 = unknown) to now. */
+export function turnSeconds(startedAt: number): { seconds?: number } {
+  return startedAt > 0 ? { seconds: Math.max(0, Date.now() - startedAt) / 1000 } : {};
+}
+
 /** A turn a job run has claimed (TurnRunner.claim), to run with TurnRunner.run. */
 export interface ClaimedTurn {
   sessionId: string;
@@ -370,7 +375,7 @@ export class TurnRunner {
     const { store, queue } = this.deps;
     const end = await changeAndEnqueue(store, queue, state.session_id, () => store.finishTurn(state.session_id, lease, commit, stopReason), (e) => (e.kind === 'ended' ? e.next : 0));
     if (end.kind !== 'ended') return false;
-    this.turns?.turnEnded({ outcome: stopReason, ...(state.turn_started_at > 0 && { seconds: Math.max(0, Date.now() - state.turn_started_at) / 1000 }) });
+    this.turns?.turnEnded({ outcome: stopReason, ...turnSeconds(state.turn_started_at) });
     return true;
   }
 

@@ -112,8 +112,10 @@ export interface StoreScripts {
   resolveToolCall(...args: ScriptArg[]): Promise<number>;
   /** [wake or code, call JSON] */
   decideSessionApproval(...args: ScriptArg[]): Promise<[number, string?]>;
-  cancelTurn(...args: ScriptArg[]): Promise<number>;
-  closeSession(...args: ScriptArg[]): Promise<number>;
+  /** [1 | 0 | error code, the ended turn's start (ms)] */
+  cancelTurn(...args: ScriptArg[]): Promise<[number, number?]>;
+  /** [1 closed now | 2 already | error code, the ended turn's start (ms) or -1 when none ran] */
+  closeSession(...args: ScriptArg[]): Promise<[number, number?]>;
   registerTools(...args: ScriptArg[]): Promise<number>;
   queueInput(...args: ScriptArg[]): Promise<[number, number?]>;
   deliverSteering(...args: ScriptArg[]): Promise<number>;

@@ -8,7 +8,7 @@ import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import type { ApprovalRule, ApprovalStore } from './approval-store.ts';
 import { approvalGrant } from './approval-policy.ts';
-import { approvalView, type ClientCall, type ClientTool, type InputModes, type NewSession, type QueuedInput, type SessionRecord, type TurnState } from './session-types.ts';
+import { approvalView, type ClientCall, type ClientTool, type EndedTurn, type InputModes, type NewSession, type QueuedInput, type SessionRecord, type TurnState } from './session-types.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 
 export interface SessionStoreOptions {
@@ -346,24 +346,27 @@ export class SessionStore {
     return parseCalls(await this.redis.hvals(this.keys.session(sessionId).calls)).sort((a, b) => a.order - b.order);
   }
 
-  /** Ends the turn in progress; false when none was. `onlyWake` limits it to that turn's job. */
-  async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<boolean> {
-    const code = await this.endingTurn(sessionId, () => this.scripts.cancelTurn(
+  /** Ends the turn in progress; null when none was. `onlyWake` limits it to that turn's job. */
+  async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<EndedTurn | null> {
+    const [code, startedAt] = await this.endingTurn(sessionId, () => this.scripts.cancelTurn(
       ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
     ));
     if (code < 0) throw scriptError(code, 'cancel turn');
-    if (code === 1) await this.unpark(sessionId);
-    return code === 1;
+    if (code !== 1) return null;
+    await this.unpark(sessionId);
+    return { started_at: startedAt ?? 0 };
   }
 
-  async closeSession(sessionId: string, reason: string): Promise<'closed' | 'already'> {
-    const code = await this.endingTurn(sessionId, () => this.scripts.closeSession(
+  /** Closes the session (`already`: it was closed before) and ends its turn in progress, if any (`endedTurn`). */
+  async closeSession(sessionId: string, reason: string): Promise<{ closed: 'closed' | 'already'; endedTurn: EndedTurn | null }> {
+    const [code, turnStartedAt = -1] = await this.endingTurn(sessionId, () => this.scripts.closeSession(
       ...this.k7(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
     ));
     if (code < 0) throw scriptError(code, 'close session');
-    if (code === 1) await this.unpark(sessionId);
-    return code === 1 ? 'closed' : 'already';
+    if (code !== 1) return { closed: 'already', endedTurn: null };
+    await this.unpark(sessionId);
+    return { closed: 'closed', endedTurn: turnStartedAt >= 0 ? { started_at: turnStartedAt } : null };
   }
 
   /**

@@ -121,6 +121,11 @@ export interface InputModes {
 }
 
 /** What a turn's job reads at each step: the turn's settings, the transcript and the client calls. */
+/** A turn that a cancel or a close ended: when it started (ms, Redis's clock; 0 if unknown), for its duration. */
+export interface EndedTurn {
+  started_at: number;
+}
+
 export interface TurnState {
   session_id: string;
   workspace_id: string;

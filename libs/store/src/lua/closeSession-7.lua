@@ -6,19 +6,20 @@
   KEYS[7] approvals (earlier turns' records)
   ARGV[1] sessionId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
-  Returns 1 closed now, 2 already closed, ERR.session_not_found.
+  Returns { 1, the ended turn's start (ms) or -1 when no turn was in progress } closed now, { 2 } already closed,
+  { ERR.session_not_found }.
 ]]
 --@include errors
 --@include session-inputs
 
-if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
-if redis.call('HGET', metaKey, 'status') == 'closed' then return 2 end
+if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found } end
+if redis.call('HGET', metaKey, 'status') == 'closed' then return { 2 } end
 local now = nowMs()
 dropInputs(ARGV[1], ARGV[4], ARGV[5], 'session_closed')
-endTurn(ARGV[1], ARGV[4], ARGV[5], 'cancelled', now)
+local turnStartedAt = endTurn(ARGV[1], ARGV[4], ARGV[5], 'cancelled', now) or -1
 redis.call('HSET', metaKey, 'status', 'closed', 'lease', '', 'closed_reason', ARGV[2], 'closed_at', now, 'updated_at', now)
 appendEvent(ARGV[1], ARGV[4], ARGV[5], 'session_closed', cjson.encode({ reason = ARGV[2] }))
 touchSession(tonumber(ARGV[3]))
 if redis.call('EXISTS', approvalsKey) == 1 then redis.call('EXPIRE', approvalsKey, tonumber(ARGV[3])) end
 redis.call('PUBLISH', ARGV[6], ARGV[1])
-return 1
+return { 1, turnStartedAt }

@@ -43,7 +43,8 @@ local function touchSession(ttl)
 end
 
 -- Ends the turn in progress (if any): pending client calls are settled as cancelled and the turn gets its
--- turn_complete with `stopReason`. Returns true when a turn was running.
+-- turn_complete with `stopReason`. Returns the turn's start (ms, 0 if unknown) when a turn was running, else
+-- false (0 is true in Lua: callers that only ask whether a turn ended test it as before).
 local function endTurn(sessionId, maxLen, channel, stopReason, now)
   local status = redis.call('HGET', metaKey, 'status')
   if status ~= 'running' and status ~= 'waiting_tool' then return false end
@@ -60,9 +61,9 @@ local function endTurn(sessionId, maxLen, channel, stopReason, now)
     end
     redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
   end
-  local m = redis.call('HMGET', metaKey, 'message_id', 'turn_usage')
+  local m = redis.call('HMGET', metaKey, 'message_id', 'turn_usage', 'turn_started_at')
   redis.call('HSET', metaKey, 'status', 'idle', 'lease', '', 'updated_at', now)
   appendEvent(sessionId, maxLen, channel, 'turn_complete',
     cjson.encode({ message_id = m[1], usage = cjson.decode(m[2] or '{}'), stop_reason = stopReason }))
-  return true
+  return tonumber(m[3]) or 0
 end
