@@ -31,7 +31,7 @@ export interface RunStoreOptions {
   workerTtlMs?: number;
   /** Lost workers after which a run fails. */
   maxAttempts?: number;
-  /** Hears of each approval decided here (approved, denied, expired): metrics. */
+  /** Hears of each approval decided here (approved, denied, expired; cancelled with its run's stop or lost lease): metrics. */
   onDecided?: ApprovalsDecided;
 }
 
@@ -213,10 +213,11 @@ export class RunStore {
       this.keys.runsAppended(input.workspace_id),
       this.retentionSec,
     );
-    const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown; lost?: number; requeued?: number };
+    const out = JSON.parse(raw) as { worker: Record<string, unknown>; assigned_run?: Record<string, string>; commands: unknown; lost?: number; requeued?: number; cancelled_approvals?: unknown };
     this.heartbeats++;
     this.leaseExpiries += out.lost ?? 0;
     this.requeues += out.requeued ?? 0;
+    this.cancelledApprovals(out.cancelled_approvals);
     return {
       worker: toVmWorker(out.worker),
       assigned_run: out.assigned_run ? toAssignedRun(out.assigned_run) : null,
@@ -244,8 +245,9 @@ export class RunStore {
 
   async control(runId: string, action: ControlAction, controlMode: string | undefined, requestedBy: string): Promise<RunWithEvent> {
     const ws = await this.requireWorkspace(runId);
-    const seq = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
+    const [seq, cancelled] = await this.scripts.controlRun(...this.route(ws), runId, action, controlMode ?? '', requestedBy, `cmd-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec);
     if (seq < 0) throw scriptError(seq, action);
+    this.cancelledApprovals(cancelled);
     const out = await this.runWithEvent(ws, runId, seq);
     if (out.run.status === 'stopped') await this.indexEnds([runId]);
     return out;
@@ -262,7 +264,8 @@ export class RunStore {
     const stopped = await Promise.all(
       workspaces.map((ws) => this.scripts.stopAllRuns(...this.route(ws), requestedBy, `stop-all-${randomUUID()}`, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
-    const ids = stopped.flatMap((batch) => list<string>(batch));
+    const ids = stopped.flatMap(([batch]) => list<string>(batch));
+    this.cancelledApprovals(stopped.flatMap(([, cancelled]) => list<string>(cancelled)));
     await this.indexEnds(ids);
     return ids;
   }
@@ -284,9 +287,10 @@ export class RunStore {
       workspaces.map((ws) => this.scripts.expireRunLeases(...this.route(ws), this.maxAttempts, this.maxEvents, this.keys.runsAppended(ws), this.retentionSec)),
     );
     let lost = 0;
-    for (const [expired, requeued] of counts) {
+    for (const [expired, requeued, cancelled] of counts) {
       lost += expired;
       this.requeues += requeued;
+      this.cancelledApprovals(cancelled);
     }
     this.leaseExpiries += lost;
     return lost;
@@ -325,6 +329,12 @@ export class RunStore {
     if (!ws) return [];
     const raws = await this.redis.hvals(this.keys.runApprovals(ws, runId));
     return raws.map((r) => JSON.parse(r) as ApprovalRecord).sort(compareApprovals);
+  }
+
+  /** Reports the approvals a run script cancelled (records' JSON) as decisions, as it reports its own. */
+  private cancelledApprovals(raw: unknown): void {
+    const records = list<string>(raw).map((r) => JSON.parse(r) as ApprovalRecord);
+    if (records.length > 0) this.onDecided?.(records);
   }
 
   /** Decides a run's pending approval once; throws approval_not_found / approval_decided. */

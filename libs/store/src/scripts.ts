@@ -100,10 +100,12 @@ export interface StoreScripts {
   heartbeat(...args: ScriptArg[]): Promise<string>;
   dispatchRun(...args: ScriptArg[]): Promise<number>;
   relayRunEvents(...args: ScriptArg[]): Promise<number>;
-  controlRun(...args: ScriptArg[]): Promise<number>;
-  stopAllRuns(...args: ScriptArg[]): Promise<string[]>;
-  /** [leases expired, runs requeued] */
-  expireRunLeases(...args: ScriptArg[]): Promise<[number, number]>;
+  /** [seq | error code, approvals a stop cancelled (records' JSON)] */
+  controlRun(...args: ScriptArg[]): Promise<[number, string[]?]>;
+  /** [run ids stopped, approvals their stops cancelled (records' JSON)] */
+  stopAllRuns(...args: ScriptArg[]): Promise<[string[], string[]]>;
+  /** [leases expired, runs requeued, approvals of the lost attempts cancelled (records' JSON)] */
+  expireRunLeases(...args: ScriptArg[]): Promise<[number, number, string[]]>;
   createSession(...args: ScriptArg[]): Promise<number>;
   startTurn(...args: ScriptArg[]): Promise<number>;
   claimTurn(...args: ScriptArg[]): Promise<[number, number]>;

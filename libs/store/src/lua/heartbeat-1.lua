@@ -14,8 +14,9 @@
   ARGV[2] lease ttl ms   ARGV[3] max attempts   ARGV[4] acked command ids JSON or ''
   ARGV[5] max events   ARGV[6] appended channel   ARGV[7] retention seconds
   The run a worker holds shows it (`worker {...}`, `last_heartbeat_at`) as of this heartbeat.
-  Returns JSON { worker, assigned_run (or absent), control_commands, lost, requeued } (lost/requeued: leases expired
-  and runs put back in the queue by this call, for metrics).
+  Returns JSON { worker, assigned_run (or absent), control_commands, lost, requeued, cancelled_approvals (or
+  absent) } (lost/requeued: leases expired and runs put back in the queue by this call; cancelled_approvals: the
+  lost attempts' approvals it cancelled, records' JSON; for metrics).
 ]]
 --@include run-log
 
@@ -101,4 +102,6 @@ end
 
 local out = { worker = w, commands = commands, lost = lost, requeued = requeued }
 if assigned then out.assigned_run = assigned end
+-- Only when there are some: cjson encodes an empty table as an object.
+if #cancelledApprovals > 0 then out.cancelled_approvals = cancelledApprovals end
 return cjson.encode(out)

@@ -4,7 +4,7 @@
   KEYS[1] <base>:workers
   ARGV[1] requested by   ARGV[2] command id prefix   ARGV[3] max events   ARGV[4] channel
   ARGV[5] retention seconds
-  Returns the ids of the runs stopped.
+  Returns { the ids of the runs stopped, the approvals their stops cancelled (records' JSON) }.
 ]]
 --@include run-log
 
@@ -21,4 +21,4 @@ for i, runId in ipairs(ids) do
     redis.call('SREM', activeKey, runId)
   end
 end
-return stopped
+return { stopped, cancelledApprovals }

@@ -81,6 +81,10 @@ local function resolveRunApproval(runId, a, maxLen, channel)
   return encoded
 end
 
+-- The approvals this script cancelled (records as JSON, the script's reply carries them): the store reports
+-- them as decisions (cadre_approval_decisions_total{outcome="cancelled"}), as it does the ones it decides itself.
+local cancelledApprovals = {}
+
 -- Cancels the run's pending approvals (the run was stopped, or its attempt lost its lease), oldest first.
 local function cancelRunApprovals(runId, reason, now, maxLen, channel)
   local pending = {}
@@ -95,7 +99,7 @@ local function cancelRunApprovals(runId, reason, now, maxLen, channel)
   end)
   for _, a in ipairs(pending) do
     a.status, a.decision_reason, a.decided_by, a.decided_at = 'cancelled', reason, '', now
-    resolveRunApproval(runId, a, maxLen, channel)
+    table.insert(cancelledApprovals, resolveRunApproval(runId, a, maxLen, channel))
   end
 end
 
