@@ -10,12 +10,13 @@ import { TestStack, freePort } from './support/stack.ts';
 // Every process kind serves /metrics (the worker and the vm-agent on ports of their own); a task and a run move
 // the numbers operators watch, no label carries an id, and the Grafana dashboard asks only for names that exist.
 const RUNS_KEY = 'metrics-runs-key';
+const CONTROL_KEY = 'metrics-control-key';
 let stack: TestStack;
 let workerMetrics: string;
 let vmMetrics: string;
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1000' } });
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100', RUNS_WORKER_TTL_MS: '1000' } });
   const [wPort, vPort] = [await freePort(), await freePort()];
   await stack.spawnWorkerProcess({ WORKER_METRICS_PORT: String(wPort), WORKER_METRICS_HOST: '127.0.0.1' });
   await stack.spawnVmAgent('metrics', 'vm-m', { VM_AGENT_METRICS_PORT: String(vPort) });
@@ -162,11 +163,16 @@ describe('metrics', () => {
     expect(byWorker).toBeGreaterThan(0);
     expect(byGateway + byWorker).toBe(length);
 
-    // A turn a client cancels ends on the gateway, which counts it.
+    // A turn a client cancels ends on the gateway, which counts it; so does a turn the session's close cuts short
+    // (its turn_complete says `cancelled` too).
+    const cancelledOnGateway = async () => (await Scrape.of(`${stack.url}/metrics`)).value('cadre_session_turns_total', { outcome: 'cancelled' }) - gatewayStart.value('cadre_session_turns_total', { outcome: 'cancelled' });
     expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time [[scripted:delay=30000]]' })).status).toBe(202);
     expect((await api.post(`/api/sessions/${id}/cancel`, { reason: 'enough' })).status).toBe(200);
-    const gatewayEnd = await Scrape.of(`${stack.url}/metrics`);
-    expect(gatewayEnd.value('cadre_session_turns_total', { outcome: 'cancelled' }) - gatewayStart.value('cadre_session_turns_total', { outcome: 'cancelled' })).toBe(1);
+    expect(await cancelledOnGateway()).toBe(1);
+    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time again [[scripted:delay=30000]]' })).status).toBe(202);
+    expect((await api.request('DELETE', `/api/sessions/${id}`, { reason: 'done' })).status).toBe(200);
+    expect((await eventsUntil('session_closed')).payload.reason).toBe('done');
+    expect(await cancelledOnGateway()).toBe(2);
   });
 
   it('count open session connections by protocol: roz StreamSession, WindieOS /ws, a session\'s SSE stream', async () => {
@@ -251,6 +257,38 @@ describe('metrics', () => {
     // The expired approval waited (at least) its whole second.
     expect(moved('worker', 'cadre_approval_wait_seconds_sum', { outcome: 'expired' })).toBeGreaterThanOrEqual(1);
     for (const id of [...taskIds, sessionId, expiring, runId]) expect(end.gateway.text + end.worker.text).not.toContain(id);
+  });
+
+  it('count a VM run\'s approvals cancelled with it: by its stop, by stop-all, by its VM\'s lost lease', async () => {
+    const WS = 'metrics-run-appr';
+    const api = httpClient(stack.url);
+    const vm = await stack.spawnVmAgent(WS, 'vm-run-appr');
+    expect((await api.request('PUT', `/api/workspaces/${WS}/approval-policy`, { rules: [{ tool: 'shell', action: 'ask', reason: 'a shell on the VM' }] })).status).toBe(200);
+    const start = await Scrape.of(`${stack.url}/metrics`);
+    const runWaitingOnApproval = async () => {
+      const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: WS, query: 'Echo [[scripted:call=shell({"command":"echo x"})]]' });
+      const runId = run.body.run.run_id as string;
+      await waitUntil('the run\'s approval to be pending', async () => (await api.get<{ approvals: unknown[] }>(`/api/approvals?workspace_id=${WS}&run_id=${runId}&status=pending`)).body.approvals.length === 1);
+      return runId;
+    };
+    const runStatus = async (runId: string) => (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body.status as string;
+
+    const stopped = await runWaitingOnApproval();
+    expect((await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${stopped}/control`, { action: 'stop' })).status).toBe(200);
+    const stoppedByAll = await runWaitingOnApproval();
+    const all = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/stop-all', { workspace_id: WS }, { 'x-windie-runs-key': null, 'x-windie-runs-control-key': CONTROL_KEY });
+    expect(all.body.stopped_run_ids).toEqual([stoppedByAll]);
+    // The VM dies while its run waits: the lease sweeper (or a heartbeat) expires the lease and voids the question.
+    const lost = await runWaitingOnApproval();
+    vm.kill('SIGKILL');
+    await waitUntil('the dead VM\'s lease to expire', async () => (await runStatus(lost)) === 'awaiting_worker');
+
+    const end = await Scrape.of(`${stack.url}/metrics`);
+    const moved = (name: string, labels: Record<string, string>) => end.value(name, labels) - start.value(name, labels);
+    expect(moved('cadre_approval_decisions_total', { outcome: 'cancelled' })).toBe(3);
+    expect(moved('cadre_approval_wait_seconds_count', { outcome: 'cancelled' })).toBe(3);
+    expect(end.value('cadre_approvals_pending', { kind: 'run' })).toBe(0);
+    expect((await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${lost}/control`, { action: 'stop' })).status).toBe(200);
   });
 
   it('never carry a task or run id in a label', () => {
