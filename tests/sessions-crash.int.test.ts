@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertContiguous, grpcClient, httpClient, keysMatching, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import type { AgentServiceClient } from '@cadre/protocol';
-import { TestStack } from './support/stack.ts';
+import { Scrape } from './support/prometheus.ts';
+import { TestStack, freePort } from './support/stack.ts';
 import { SessionStream, isCase, sessionEvents, sessionEventsWhen } from './support/session-client.ts';
 
 // Workers and one gateway are real OS processes here: kill -9 is a real crash, cancel crosses processes.
@@ -75,6 +76,39 @@ describe('a worker killed mid-turn', () => {
       expect(all.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('end_turn');
       const transcript = await redis.lrange(new KeyBuilder(stack.prefix).session(id).transcript, 0, -1);
       expect(transcript.map((m) => JSON.parse(m).role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
+    } finally {
+      first.kill('SIGKILL');
+      second?.kill('SIGKILL');
+    }
+  });
+});
+
+describe('a turn that loses its worker too often', () => {
+  it('ends in a worker_lost error, counted with its duration by the worker that gave up on it', async () => {
+    // One attempt only: the first lost worker is one too many, and the next worker's stall check fails the job.
+    const env = { CADRE_JOB_LOCK_MS: '1500', CADRE_MAX_ATTEMPTS: '1' };
+    const first = await stack.spawnWorkerProcess(env);
+    let second: Awaited<ReturnType<TestStack['spawnWorkerProcess']>> | undefined;
+    try {
+      const api = httpClient(stack.url);
+      const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'crash' })).body.session.session_id;
+      await api.post(`/api/sessions/${id}/messages`, { content: 'Tell me at length [[scripted:words=200]] [[scripted:chunk_delay=50]]' });
+      await eventsUntil(id, (e) => e.event_type === 'text_delta');
+      first.kill('SIGKILL');
+      const port = await freePort();
+      second = await stack.spawnWorkerProcess({ ...env, WORKER_METRICS_PORT: String(port), WORKER_METRICS_HOST: '127.0.0.1' });
+      const all = await eventsUntil(id, (e) => e.event_type === 'turn_complete', 30_000);
+      expect(all.find((e) => e.event_type === 'session_error')!.payload).toMatchObject({ code: 'worker_lost' });
+      expect(all.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('error');
+
+      // The worker counts the turn once the store's reply says it ended it (just after turn_complete is readable).
+      const scrape = () => Scrape.of(`http://127.0.0.1:${port}/metrics`);
+      await waitUntil('the worker to count the lost turn', async () => (await scrape()).value('cadre_session_turns_total', { outcome: 'error' }) === 1);
+      const counted = await scrape();
+      expect(counted.value('cadre_agent_jobs_lost_total')).toBe(1);
+      // Its duration (user message → the give-up) is in the turn histogram like any other turn's.
+      expect(counted.value('cadre_session_turn_duration_seconds_count')).toBe(1);
+      expect(counted.value('cadre_session_turn_duration_seconds_sum')).toBeGreaterThan(0);
     } finally {
       first.kill('SIGKILL');
       second?.kill('SIGKILL');
