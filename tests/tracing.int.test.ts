@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { httpClient, pollUntilTerminal, runsCall, waitUntil } from '@cadre/testing';
+import { TEST_API_KEY, grpcClient, httpClient, pollUntilTerminal, runsCall, waitUntil } from '@cadre/testing';
 import { OtlpReceiver, type ReceivedSpan } from './support/otlp-receiver.ts';
-import { sessionEventsWhen } from './support/session-client.ts';
+import { SessionStream, sessionEventsWhen } from './support/session-client.ts';
 import { TestStack } from './support/stack.ts';
 
 // OTLP span kinds on the wire.
@@ -209,6 +209,44 @@ describe('one trace follows a task across processes', () => {
     // Each model call is a GenAI client span of its job: get_location, calculate, then the answer.
     const chats = spans.filter((s) => s.name.startsWith('chat '));
     expect(chats.map((c) => [jobs.indexOf(byId.get(c.parentSpanId)!), c.attributes['gen_ai.response.finish_reasons']])).toEqual([[0, ['tool_calls']], [1, ['tool_calls']], [2, ['stop']]]);
+  });
+
+  it('makes each turn of a roz StreamSession a trace of its own, linked to the call\'s span (which lasts as long as the connection)', async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const callerSpanId = randomBytes(8).toString('hex');
+    const client = grpcClient(gatewayUrl.replace('http://', ''));
+    const stream = new SessionStream(client, TEST_API_KEY, { traceparent: `00-${traceId}-${callerSpanId}-01` });
+    stream.send({ $case: 'start', value: { environmentId: 'traced-roz' } });
+    const started = await stream.waitForCase('sessionStarted');
+    const sessionId = (started.response!.value as { sessionId: string }).sessionId;
+    for (const messageId of ['m-1', 'm-2']) {
+      const from = stream.frames.length;
+      stream.send({ $case: 'userMessage', value: { content: `Hello (${messageId})`, messageId } });
+      await stream.waitForCase('turnComplete', undefined, from);
+    }
+    // Half-closed with no turn running, the call ends: its span ends (and is exported) with it.
+    stream.end();
+    expect((await stream.status).code).toBe(0);
+    client.close();
+
+    const { call, turns, jobs } = await waitUntil('the call\'s and both turns\' spans to arrive', () => {
+      const call = receiver.spans.find((s) => s.traceId === traceId && s.name === 'roz.v1.AgentService/StreamSession');
+      const turns = receiver.spans.filter((s) => s.name === 'user_message' && s.attributes.session_id === sessionId);
+      const jobs = receiver.spans.filter((s) => s.service === 'cadre-worker' && s.kind === CONSUMER && s.attributes.session_id === sessionId);
+      return call && turns.length === 2 && jobs.length >= 2 ? { call, turns, jobs } : undefined;
+    });
+    expect(call).toMatchObject({ service: 'cadre-gateway', kind: SERVER, parentSpanId: callerSpanId });
+    // Each turn is the root of its own trace and links the call; its job on the worker runs in that trace.
+    expect(turns.map((t) => t.attributes['cadre.message_id']).sort()).toEqual(['m-1', 'm-2']);
+    expect(new Set(turns.map((t) => t.traceId)).size).toBe(2);
+    for (const turn of turns) {
+      expect(turn.traceId).not.toBe(traceId);
+      expect(turn.parentSpanId).toBe('');
+      expect(turn.links).toEqual([`${traceId}/${call.spanId}`]);
+      expect(jobs.filter((j) => j.traceId === turn.traceId)).toHaveLength(1);
+    }
+    // The call's own trace holds none of the turns' work.
+    expect(receiver.spans.filter((s) => s.traceId === traceId && (s.name === 'user_message' || s.service === 'cadre-worker'))).toEqual([]);
   });
 
   it('follows a VM run: the agent\'s run span holds its dispatch, model call and relays, and the gateway\'s spans for them join', async () => {

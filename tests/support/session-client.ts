@@ -12,9 +12,11 @@ export class SessionStream {
   private readonly call: grpc.ClientDuplexStream<SessionRequest, SessionResponse>;
   private waiters = new Set<() => void>();
 
-  constructor(client: AgentServiceClient, key: string | null = TEST_API_KEY) {
+  /** `headers` go in the call's metadata too (e.g. a W3C `traceparent`). */
+  constructor(client: AgentServiceClient, key: string | null = TEST_API_KEY, headers: Record<string, string> = {}) {
     const metadata = new grpc.Metadata();
     if (key) metadata.set('authorization', `Bearer ${key}`);
+    for (const [name, value] of Object.entries(headers)) metadata.set(name, value);
     this.call = client.streamSession(metadata);
     this.call.on('data', (frame: Frame) => {
       this.frames.push(frame);

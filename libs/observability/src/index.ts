@@ -7,6 +7,7 @@ export {
   bullmqTelemetry,
   tracer,
   inSpan,
+  inOwnTrace,
   inSavedTrace,
   savedTrace,
   annotateSpan,

@@ -1,5 +1,5 @@
 import type http from 'node:http';
-import { context, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context, type Link, type Span } from '@opentelemetry/api';
+import { context, createContextKey, propagation, trace, SpanKind, SpanStatusCode, type Attributes, type Context, type Link, type Span, type SpanContext } from '@opentelemetry/api';
 import type { Telemetry } from 'bullmq';
 import { BullMQOtel } from 'bullmq-otel';
 
@@ -64,9 +64,31 @@ export function bullmqTelemetry(): Telemetry | undefined {
 
 export const tracer = trace.getTracer('cadre');
 
+/** Set by inOwnTrace: the long-lived span the next span links to instead of hanging below it. */
+const OWN_TRACE_LINK = createContextKey('cadre.own-trace-link');
+
+/**
+ * Runs `fn` so that the span it starts (inSpan) begins a trace of its own, linked to the span in progress instead
+ * of under it: for work a long-lived call starts (each turn of a roz StreamSession), so every piece is one trace
+ * and a connection open for hours does not make one trace hours long.
+ */
+export function inOwnTrace<T>(fn: () => T): T {
+  const current = trace.getActiveSpan()?.spanContext();
+  if (!current) return fn();
+  return context.with(trace.deleteSpan(context.active()).setValue(OWN_TRACE_LINK, current), fn);
+}
+
 /** Runs `fn` in a new span that ends when `fn` settles; an error marks the span and is rethrown. */
 export async function inSpan<T>(name: string, opts: { kind?: SpanKind; attributes?: Attributes; parent?: Context; links?: Link[] }, fn: (span: Span) => Promise<T>): Promise<T> {
-  return tracer.startActiveSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes ?? {}, links: opts.links ?? [] }, opts.parent ?? context.active(), async (span) => {
+  let parent = opts.parent ?? context.active();
+  const links = [...(opts.links ?? [])];
+  const ownTraceOf = opts.parent ? undefined : (parent.getValue(OWN_TRACE_LINK) as SpanContext | undefined);
+  if (ownTraceOf) {
+    // The root of a new trace (inOwnTrace took the active span out); what runs below it is an ordinary child.
+    parent = parent.deleteValue(OWN_TRACE_LINK);
+    links.push({ context: ownTraceOf });
+  }
+  return tracer.startActiveSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes: opts.attributes ?? {}, links }, parent, async (span) => {
     try {
       return await fn(span);
     } catch (err) {

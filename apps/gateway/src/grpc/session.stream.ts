@@ -1,5 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import type { Logger } from '@cadre/observability';
+import { inOwnTrace, type Logger } from '@cadre/observability';
 import type { SessionEvent, SessionRequest, SessionResponse } from '@cadre/protocol';
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
 import type { LogWatcher } from '@cadre/store';
@@ -99,13 +99,14 @@ class SessionCall {
           // Text blocks join the message; binary blocks are images the model sees (the engine checks type and size).
           const context = m.context.map((block) => (block.block?.$case === 'text' ? `${block.label ? `${block.label}:\n` : ''}${block.block.value}` : ''));
           const images = m.context.flatMap((block) => (block.block?.$case === 'binary' ? [{ mime_type: block.block.value.mimeType, data: Buffer.from(block.block.value.data).toString('base64') }] : []));
-          await this.deps.sessions.sendMessage(scope, sid, {
+          // Each turn is a trace of its own, linked to this call's span (which lasts as long as the connection).
+          await inOwnTrace(() => this.deps.sessions.sendMessage(scope, sid, {
             content: [m.content, ...context.filter(Boolean)].join('\n\n'),
             ...(images.length > 0 && { images }),
             ...(m.messageId && { message_id: m.messageId }),
             ...(m.tools.length > 0 && { tools: toolInputs(m.tools) }),
             ...(m.systemContext && { system_context: m.systemContext }),
-          });
+          }));
           return;
         }
         case 'toolResult': {
