@@ -49,18 +49,26 @@ async function parkedWithNoActiveJob(sessionId: string): Promise<void> {
 
 const text = (evs: Ev[], fromSeq = 0): string => evs.filter((e) => e.event_type === 'text_delta' && e.seq > fromSeq).map((e) => e.payload.content).join('');
 
+type WorkerProcess = Awaited<ReturnType<TestStack['spawnWorkerProcess']>>;
+
+/** A new session's turn, started on a worker process (`env`) that is killed (-9) once the answer streams. */
+async function turnWhoseWorkerDies(env: Record<string, string>, content: string): Promise<{ id: string; first: WorkerProcess }> {
+  const first = await stack.spawnWorkerProcess(env);
+  const api = httpClient(stack.url);
+  const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'crash' })).body.session.session_id;
+  await api.post(`/api/sessions/${id}/messages`, { content });
+  await eventsUntil(id, (e) => e.event_type === 'text_delta');
+  first.kill('SIGKILL');
+  return { id, first };
+}
+
 describe('a worker killed mid-turn', () => {
   it('resumes the turn on another worker from its last boundary: no duplicated seq, the tool not run again', async () => {
     const env = { CADRE_JOB_LOCK_MS: '1500' };
-    const first = await stack.spawnWorkerProcess(env);
-    let second: Awaited<ReturnType<TestStack['spawnWorkerProcess']>> | undefined;
+    // The tool ran and its result is a boundary; the answer is streaming when the worker dies.
+    const { id, first } = await turnWhoseWorkerDies(env, 'Compute then explain [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=150]] [[scripted:chunk_delay=30]]');
+    let second: WorkerProcess | undefined;
     try {
-      const api = httpClient(stack.url);
-      const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'crash' })).body.session.session_id;
-      await api.post(`/api/sessions/${id}/messages`, { content: 'Compute then explain [[scripted:call=calculate({"expression":"6*7"})]] [[scripted:words=150]] [[scripted:chunk_delay=30]]' });
-      // The tool ran and its result is a boundary; the answer is streaming when the worker dies.
-      await eventsUntil(id, (e) => e.event_type === 'text_delta');
-      first.kill('SIGKILL');
       second = await stack.spawnWorkerProcess(env);
       const all = await eventsUntil(id, (e) => e.event_type === 'turn_complete', 30_000);
       assertContiguous(all.map((e) => e.seq));
@@ -87,14 +95,9 @@ describe('a turn that loses its worker too often', () => {
   it('ends in a worker_lost error, counted with its duration by the worker that gave up on it', async () => {
     // One attempt only: the first lost worker is one too many, and the next worker's stall check fails the job.
     const env = { CADRE_JOB_LOCK_MS: '1500', CADRE_MAX_ATTEMPTS: '1' };
-    const first = await stack.spawnWorkerProcess(env);
-    let second: Awaited<ReturnType<TestStack['spawnWorkerProcess']>> | undefined;
+    const { id, first } = await turnWhoseWorkerDies(env, 'Tell me at length [[scripted:words=200]] [[scripted:chunk_delay=50]]');
+    let second: WorkerProcess | undefined;
     try {
-      const api = httpClient(stack.url);
-      const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'crash' })).body.session.session_id;
-      await api.post(`/api/sessions/${id}/messages`, { content: 'Tell me at length [[scripted:words=200]] [[scripted:chunk_delay=50]]' });
-      await eventsUntil(id, (e) => e.event_type === 'text_delta');
-      first.kill('SIGKILL');
       const port = await freePort();
       second = await stack.spawnWorkerProcess({ ...env, WORKER_METRICS_PORT: String(port), WORKER_METRICS_HOST: '127.0.0.1' });
       const all = await eventsUntil(id, (e) => e.event_type === 'turn_complete', 30_000);
