@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
-import net from 'node:net';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
+import { killHoldingPort } from './dead-node.ts';
 import type { TestRedis } from './redis.ts';
 import { pauseUntilReplicated, replicationLag } from './replication.ts';
 import { waitUntil } from './wait.ts';
@@ -59,7 +59,7 @@ export async function startTestCluster(): Promise<TestCluster> {
   }
   const seeds = addresses.join(',');
   /** The ports of killed nodes, kept (see killNode). */
-  const held: net.Server[] = [];
+  const held: { release(): void }[] = [];
   const cluster: TestCluster = {
     nodes,
     seeds,
@@ -126,7 +126,7 @@ export async function startTestCluster(): Promise<TestCluster> {
       };
     },
     async stop() {
-      for (const holder of held) holder.close();
+      for (const holder of held) holder.release();
       await Promise.all(nodes.map((n) => n.stop()));
     },
   };
@@ -165,22 +165,10 @@ async function clusterDown(live: EmbeddedRedis[]): Promise<boolean> {
 
 const killed = new WeakSet<EmbeddedRedis>();
 
-/**
- * kill -9 a node of a test cluster (it stays down), and keep its port: connections to it are closed at once, as
- * to a dead host. Left free, the port could be taken by a redis-server of another test running beside this one
- * (seen on shared runners), and a client still trying the dead node's address would get that server's answers —
- * "no such key" — instead of a failed connection.
- */
-async function killNode(node: EmbeddedRedis, held: net.Server[]): Promise<void> {
+/** kill -9 a node of a test cluster; it stays down, its port held until the cluster stops (killHoldingPort). */
+async function killNode(node: EmbeddedRedis, held: { release(): void }[]): Promise<void> {
   killed.add(node);
-  node.kill('SIGKILL');
-  // A new server per try: one that failed to listen is closed with its listeners, not tried again.
-  const holder = await waitUntil(`port ${node.port} to be released after the kill`, () => new Promise<net.Server | false>((resolve) => {
-    const server = net.createServer((socket) => socket.destroy());
-    server.once('error', () => resolve(false));
-    server.listen(node.port, '127.0.0.1', () => resolve(server));
-  }), { timeoutMs: 10_000, everyMs: 10 });
-  held.push(holder);
+  held.push(await killHoldingPort(node));
 }
 
 const isUp = (node: EmbeddedRedis): boolean => !killed.has(node);

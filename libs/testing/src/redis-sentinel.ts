@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
+import { killHoldingPort } from './dead-node.ts';
 import type { TestRedis } from './redis.ts';
 import { pauseUntilReplicated } from './replication.ts';
 
@@ -67,6 +68,8 @@ export async function startTestSentinel(): Promise<TestSentinel> {
     conn.disconnect();
   }
   const sentinels = [{ host: '127.0.0.1', port: sentinel.port }];
+  /** The killed master's port, kept (see killHoldingPort). */
+  const held: { release(): void }[] = [];
   return {
     master,
     replica,
@@ -78,10 +81,11 @@ export async function startTestSentinel(): Promise<TestSentinel> {
     currentMaster: ask,
     async killMaster(opts = {}) {
       if (opts.inSync) await pauseUntilReplicated(master.url, replica.url);
-      master.kill('SIGKILL');
+      held.push(await killHoldingPort(master));
       while ((await ask()) !== replica.port) await sleep(100);
     },
     async stop() {
+      for (const holder of held) holder.release();
       await Promise.all([sentinel.stop(), replica.stop(), master.stop()]);
     },
   };
