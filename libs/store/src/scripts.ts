@@ -71,6 +71,14 @@ export function eventsAppended(redis: RedisClient): Readonly<Record<EventLog, nu
 
 let cached: ScriptSource[] | undefined;
 
+const shaOf = (source: ScriptSource): string => createHash('sha1').update(source.lua).digest('hex');
+
+/** Each store script's name by the SHA it runs under (EVALSHA), for tools that read a Redis MONITOR. */
+export function scriptNamesBySha(): Map<string, string> {
+  cached ??= loadScripts();
+  return new Map(cached.map((source) => [shaOf(source), source.name]));
+}
+
 /**
  * Runs `script` by its SHA (EVALSHA); a server that does not hold it yet (first use, restart, failover) answers
  * NOSCRIPT, and the script is sent whole (EVAL), which loads it for the next time.
@@ -146,7 +154,7 @@ export function scriptsOf(redis: RedisClient): StoreScripts {
     cached ??= loadScripts();
     const counts = eventsAppended(redis) as Record<EventLog, number>;
     scripts = Object.fromEntries(cached.map((source) => {
-      const script = { ...source, sha: createHash('sha1').update(source.lua).digest('hex') };
+      const script = { ...source, sha: shaOf(source) };
       return [source.name, async (...args: ScriptArg[]) => {
         const reply = await run(redis, script, args);
         EVENT_LOGS.forEach((log, i) => (counts[log] += reply[i] as number));
