@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { Redis } from 'ioredis';
 import { scriptNamesBySha } from '@cadre/store';
-import { BENCH_API_KEY, PROBE, grpcChannels, openWatch, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, PROBE, grpcChannels, openWatch, spawnGateway, spawnScriptedModel, startPrivateRedis } from './support/harness.ts';
 import { until } from './support/latency.ts';
 import { spawnNode } from './support/procs.ts';
 import { GOAL, INSTRUCTIONS } from './support/task-shape.ts';
@@ -46,11 +46,7 @@ function totals(calls: Call[], key: (c: Call) => string): [string, number, numbe
 }
 
 const redis = await startPrivateRedis();
-const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-  const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-  if (m) resolve(m[1]!);
-}));
+const { child: model, url: modelUrl } = await spawnScriptedModel();
 const gateway = await spawnGateway({ REDIS_URL: redis.url });
 const worker = spawnNode('apps/worker/src/main.ts', {
   nodeArgs: ['--import', PROBE],

@@ -19,6 +19,16 @@ export async function startPrivateRedis(): Promise<EmbeddedRedis> {
   return startEmbeddedRedis();
 }
 
+/** The scripted model (libs/scripted-model) as a process of its own, and the OPENAI_BASE_URL it printed. */
+export async function spawnScriptedModel(): Promise<{ child: NodeChild; url: string }> {
+  const child = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
+  const url = await new Promise<string>((resolve) => child.onLine((line) => {
+    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
+    if (m) resolve(m[1]!);
+  }));
+  return { child, url };
+}
+
 /** The store a bench writes through, on a connection of its own. */
 export function benchStore(redisUrl: string, prefix: string): TaskStore {
   return new TaskStore({ redis: connectRedis(redisUrl, 'bench-store'), keys: new KeyBuilder(prefix) });
