@@ -163,16 +163,24 @@ describe('metrics', () => {
     expect(byWorker).toBeGreaterThan(0);
     expect(byGateway + byWorker).toBe(length);
 
-    // A turn a client cancels ends on the gateway, which counts it; so does a turn the session's close cuts short
-    // (its turn_complete says `cancelled` too).
-    const cancelledOnGateway = async () => (await Scrape.of(`${stack.url}/metrics`)).value('cadre_session_turns_total', { outcome: 'cancelled' }) - gatewayStart.value('cadre_session_turns_total', { outcome: 'cancelled' });
-    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time [[scripted:delay=30000]]' })).status).toBe(202);
+    // A turn a client cancels or aborts ends on the gateway, which counts it with its duration; so does a turn the
+    // session's close cuts short (their turn_complete says `cancelled`).
+    const onGateway = async () => {
+      const scrape = await Scrape.of(`${stack.url}/metrics`);
+      const since = (name: string, labels: Record<string, string> = {}) => scrape.value(name, labels) - gatewayStart.value(name, labels);
+      return { cancelled: since('cadre_session_turns_total', { outcome: 'cancelled' }), timed: since('cadre_session_turn_duration_seconds_count') };
+    };
+    const slowTurn = async () => expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time [[scripted:delay=30000]]' })).status).toBe(202);
+    await slowTurn();
     expect((await api.post(`/api/sessions/${id}/cancel`, { reason: 'enough' })).status).toBe(200);
-    expect(await cancelledOnGateway()).toBe(1);
-    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Take your time again [[scripted:delay=30000]]' })).status).toBe(202);
+    expect(await onGateway()).toEqual({ cancelled: 1, timed: 1 });
+    await slowTurn();
+    expect((await api.post<{ aborted: boolean }>(`/api/sessions/${id}/abort`, {})).body.aborted).toBe(true);
+    expect(await onGateway()).toEqual({ cancelled: 2, timed: 2 });
+    await slowTurn();
     expect((await api.request('DELETE', `/api/sessions/${id}`, { reason: 'done' })).status).toBe(200);
     expect((await eventsUntil('session_closed')).payload.reason).toBe('done');
-    expect(await cancelledOnGateway()).toBe(2);
+    expect(await onGateway()).toEqual({ cancelled: 3, timed: 3 });
   });
 
   it('count open session connections by protocol: roz StreamSession, WindieOS /ws, a session\'s SSE stream', async () => {

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
-import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnCounter, type Logger } from '@cadre/observability';
+import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
@@ -78,10 +78,9 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   });
   const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvalStore });
-  const countTurn = sessionTurnCounter(metrics);
   const sessions = new SessionEngine({
     store: sessionStore,
-    turns: { turnEnded: ({ outcome }) => countTurn(outcome) },
+    turns: sessionTurnEnds(metrics),
     queue: sessionQueue,
     fanout,
     defaultModel: config.model,

@@ -138,29 +138,35 @@ export function approvalMetrics(registry: Registry): (records: readonly { status
 /** How a session turn ended (turn_complete's stop reason); a model's rarer finish reasons count as `other`. */
 const TURN_OUTCOMES = ['end_turn', 'max_tokens', 'max_turns', 'denied', 'error', 'cancelled'] as const;
 
-/** `cadre_session_turns_total`: on the worker for turns its loops end, on the gateway for turns a client cancels or a close ends. */
-export function sessionTurnCounter(registry: Registry): (outcome: string) => void {
-  const turns = new Counter({ name: 'cadre_session_turns_total', help: 'Session turns ended by this process, by outcome (the turn_complete stop reason: end_turn, max_tokens, max_turns, denied, error, cancelled, other)', labelNames: ['outcome'], registers: [registry] });
-  for (const outcome of TURN_OUTCOMES) turns.inc({ outcome }, 0);
-  return (outcome) => turns.inc({ outcome: (TURN_OUTCOMES as readonly string[]).includes(outcome) ? outcome : 'other' });
-}
-
 /** Session turn durations span model calls and waits for clients and approvals: from a second to an hour. */
 const TURN_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600];
 
 /**
- * The worker's session turn metrics: turns ended by its loops (outcome, duration from the turn's start, parked
- * waits included) and each parked turn's wait (park → the continuation's claim). The TurnRunner's `turns` observer.
+ * Session turns ended by this process (`cadre_session_turns_total` by outcome, and each one's duration from its
+ * start, parked waits included): on the worker for turns its loops end or give up on, on the gateway for turns a
+ * client cancels or aborts or a close cuts short. The SessionEngine's `turns` observer.
  */
-export function sessionTurnMetrics(registry: Registry) {
-  const count = sessionTurnCounter(registry);
+export function sessionTurnEnds(registry: Registry) {
+  const turns = new Counter({ name: 'cadre_session_turns_total', help: 'Session turns ended by this process, by outcome (the turn_complete stop reason: end_turn, max_tokens, max_turns, denied, error, cancelled, other)', labelNames: ['outcome'], registers: [registry] });
+  for (const outcome of TURN_OUTCOMES) turns.inc({ outcome }, 0);
   const seconds = new Histogram({ name: 'cadre_session_turn_duration_seconds', help: 'Session turn duration: user message → turn_complete, waits for clients and approvals included', buckets: TURN_BUCKETS, registers: [registry] });
-  const parked = new Histogram({ name: 'cadre_session_park_duration_seconds', help: 'How long a parked session turn waited: its park → the continuation job\'s claim on a worker', buckets: TURN_BUCKETS, registers: [registry] });
   return {
     turnEnded(turn: { outcome: string; seconds?: number }): void {
-      count(turn.outcome);
+      turns.inc({ outcome: (TURN_OUTCOMES as readonly string[]).includes(turn.outcome) ? turn.outcome : 'other' });
       if (turn.seconds !== undefined) seconds.observe(turn.seconds);
     },
+  };
+}
+
+/**
+ * The worker's session turn metrics: the turns it ends (sessionTurnEnds) and each parked turn's wait (park → the
+ * continuation's claim). The TurnRunner's `turns` observer.
+ */
+export function sessionTurnMetrics(registry: Registry) {
+  const ends = sessionTurnEnds(registry);
+  const parked = new Histogram({ name: 'cadre_session_park_duration_seconds', help: 'How long a parked session turn waited: its park → the continuation job\'s claim on a worker', buckets: TURN_BUCKETS, registers: [registry] });
+  return {
+    turnEnded: ends.turnEnded,
     resumed(resume: { parkedSeconds: number }): void {
       parked.observe(resume.parkedSeconds);
     },

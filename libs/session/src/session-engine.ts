@@ -9,6 +9,7 @@ import { SESSION_LIMITS as L } from './limits.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import type { TranscriptMessage } from './transcript.ts';
 import type { TurnObserver } from './turn-runner.ts';
+import { turnSeconds } from './turn-seconds.ts';
 import { checkText, clientTools, imageUrls, type ImageInput, type ToolInput } from './validate.ts';
 
 /** Which workspaces the caller may touch: the gateway's authenticated principal has this shape. */
@@ -71,7 +72,7 @@ export interface SessionEngineDeps {
   /** Models a session may switch to (setModel); the default model is always one. */
   models?: string[];
   defaultMaxContextTokens?: number;
-  /** Hears of every turn a cancel, abort or close ends here (outcome `cancelled`): the gateway's session metrics. */
+  /** Hears of every turn a cancel, abort or close ends here (outcome `cancelled`, its duration): the gateway's session metrics. */
   turns?: Pick<TurnObserver, 'turnEnded'>;
 }
 
@@ -177,8 +178,8 @@ export class SessionEngine {
     const result = await this.wake(
       sessionId, () => this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined)), (r) => r.wake,
     );
-    if (result.aborted) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
-    return { aborted: result.aborted, dropped: result.dropped, message_id: messageId };
+    if (result.endedTurn) this.deps.turns?.turnEnded({ outcome: 'cancelled', ...turnSeconds(result.endedTurn.started_at) });
+    return { aborted: result.endedTurn !== null, dropped: result.dropped, message_id: messageId };
   }
 
   /**
@@ -362,7 +363,7 @@ export class SessionEngine {
     checkText(reason, L.reason, 'reason');
     await this.access(scope, sessionId);
     const ended = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
-    if (ended) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
+    if (ended) this.deps.turns?.turnEnded({ outcome: 'cancelled', ...turnSeconds(ended.started_at) });
     return ended !== null;
   }
 
@@ -371,7 +372,7 @@ export class SessionEngine {
     await this.access(scope, sessionId);
     // A turn the close cut short ends as a cancel does (turn_complete's stop reason `cancelled`): counted as one.
     const { endedTurn } = await this.mapped(this.deps.store.closeSession(sessionId, reason));
-    if (endedTurn) this.deps.turns?.turnEnded({ outcome: 'cancelled' });
+    if (endedTurn) this.deps.turns?.turnEnded({ outcome: 'cancelled', ...turnSeconds(endedTurn.started_at) });
     return this.get(scope, sessionId);
   }
 

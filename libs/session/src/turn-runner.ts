@@ -10,6 +10,7 @@ import { DeltaBuffer } from './delta-buffer.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import { SteerWatch } from './steer-watch.ts';
+import { turnSeconds } from './turn-seconds.ts';
 import { clientResultText, modelMessages, nextStep, type TranscriptMessage } from './transcript.ts';
 
 export interface TurnRunnerDeps {
@@ -38,11 +39,6 @@ export interface TurnRunnerDeps {
 export interface TurnObserver {
   turnEnded(turn: { outcome: string; seconds?: number }): void;
   resumed(resume: { parkedSeconds: number }): void;
-}
-
-/** A turn's duration for the TurnObserver: from its start (ms, as the store recorded it; 0 = unknown) to now. */
-export function turnSeconds(startedAt: number): { seconds?: number } {
-  return startedAt > 0 ? { seconds: Math.max(0, Date.now() - startedAt) / 1000 } : {};
 }
 
 /** A turn a job run has claimed (TurnRunner.claim), to run with TurnRunner.run. */

@@ -130,7 +130,8 @@ export interface StoreScripts {
   queueInput(...args: ScriptArg[]): Promise<[number, number?]>;
   deliverSteering(...args: ScriptArg[]): Promise<number>;
   finishTurn(...args: ScriptArg[]): Promise<[number, number?]>;
-  abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
+  /** [1 aborted | 0 | error code, dropped inputs, the prompt's wake, the aborted turn's start (ms) or -1] */
+  abortTurn(...args: ScriptArg[]): Promise<[number, number?, number?, number?]>;
   setSessionFields(...args: ScriptArg[]): Promise<number>;
   compactTranscript(...args: ScriptArg[]): Promise<number>;
   bindConversation(...args: ScriptArg[]): Promise<string>;

@@ -448,13 +448,13 @@ export class SessionStore {
   }
 
   /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
-  async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ aborted: boolean; dropped: number; wake: number }> {
-    const [code, dropped, wake] = await this.endingTurn(sessionId, () => this.scripts.abortTurn(
+  async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ endedTurn: EndedTurn | null; dropped: number; wake: number }> {
+    const [code, dropped, wake, startedAt = -1] = await this.endingTurn(sessionId, () => this.scripts.abortTurn(
       ...this.k7(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     ));
     if (code < 0) throw scriptError(code, 'abort');
     if (code === 1) await this.unpark(sessionId);
-    return { aborted: code === 1, dropped: dropped ?? 0, wake: wake ?? 0 };
+    return { endedTurn: code === 1 && startedAt >= 0 ? { started_at: startedAt } : null, dropped: dropped ?? 0, wake: wake ?? 0 };
   }
 
   /**

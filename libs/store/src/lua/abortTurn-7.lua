@@ -6,8 +6,8 @@
   KEYS[7] approvals (earlier turns' records)
   ARGV[1] sessionId   ARGV[2] max events   ARGV[3] appended channel   ARGV[4] cancel channel
   ARGV[5] prompt message_id ('' = no prompt)   ARGV[6] prompt content
-  Returns { aborted (1 | 0), dropped count, wake of the prompt's turn or 0 }, or { ERR.session_not_found },
-  { ERR.session_closed }.
+  Returns { aborted (1 | 0), dropped count, wake of the prompt's turn or 0, the aborted turn's start (ms) or -1 },
+  or { ERR.session_not_found }, { ERR.session_closed }.
 ]]
 --@include errors
 --@include session-inputs
@@ -17,7 +17,8 @@ if redis.call('HGET', metaKey, 'status') == 'closed' then return { ERR.session_c
 local sid, maxLen, channel = ARGV[1], ARGV[2], ARGV[3]
 local dropped = dropInputs(sid, maxLen, channel, 'abort')
 local aborted = 0
-if endTurn(sid, maxLen, channel, 'cancelled', nowMs()) then
+local abortedStartedAt = endTurn(sid, maxLen, channel, 'cancelled', nowMs()) or -1
+if abortedStartedAt >= 0 then
   aborted = 1
   appendEvent(sid, maxLen, channel, 'activity', cjson.encode({ state = 'idle', detail = '' }))
   redis.call('PUBLISH', ARGV[4], sid)
@@ -29,4 +30,4 @@ if ARGV[5] ~= '' then
   redis.call('RPUSH', transcriptKey, cjson.encode({ role = 'user', content = ARGV[6] }))
   touchSession(tonumber(redis.call('HGET', metaKey, 'ttl')))
 end
-return { aborted, dropped, wake }
+return { aborted, dropped, wake, abortedStartedAt }
