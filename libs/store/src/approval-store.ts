@@ -269,10 +269,7 @@ export class ApprovalStore {
   async readInbox(workspaceId: string, afterSeq: number, limit: number): Promise<ApprovalInboxEvent[]> {
     const inbox = this.keys.approvalInbox(workspaceId);
     const [seq, entries] = await Promise.all([this.redis.hget(inbox.meta, 'seq'), this.redis.xrange(inbox.events, `(${afterSeq}-0`, '+', 'COUNT', limit) as Promise<StreamEntry[]>]);
-    const events = entries.map((entry): ApprovalInboxEvent => {
-      const { seq: n, timestamp, event_type, payload } = readEntry(entry);
-      return { seq: n, timestamp, event_type: event_type as ApprovalInboxEvent['event_type'], payload: payload as ApprovalRecord };
-    });
+    const events = entries.map(decodeInboxEntry);
     checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'approvals inbox');
     return events;
   }
@@ -283,9 +280,16 @@ export class ApprovalStore {
     return {
       id: `approvals:${workspaceId}`,
       channel: this.keys.runsAppended(workspaceId),
+      decode: decodeInboxEntry,
       read: (afterSeq, limit) => this.readInbox(workspaceId, afterSeq, limit),
       head: async () => Number((await this.redis.hget(inbox.meta, 'seq')) ?? 0),
       isTerminal: () => false,
     };
   }
+}
+
+/** An approvals inbox entry (lua/includes/approval-inbox.lua): type, time and the approval record. */
+function decodeInboxEntry(entry: StreamEntry): ApprovalInboxEvent {
+  const { seq, timestamp, event_type, payload } = readEntry(entry);
+  return { seq, timestamp, event_type: event_type as ApprovalInboxEvent['event_type'], payload: payload as ApprovalRecord };
 }

@@ -30,3 +30,29 @@ export function decodeEntry(entry: StreamEntry): TeamEvent {
   const { fields, ...event } = readEntry(entry);
   return { ...event, worker_id: fields.w ? fields.w : null, attempt: Number(fields.a ?? 0) } as TeamEvent;
 }
+
+/**
+ * An append notification (lua/includes/event-log.lua, appendNotice): `<logId> <seq>`, then, for an entry within
+ * the notice cap, NUL and the entry's flat field list joined by NULs. Only the header is parsed here: the entry
+ * is split when a tail takes it (entryOf), so a notice nobody can use costs no more than before.
+ */
+export interface AppendNotice {
+  logId: string;
+  seq: number;
+  /** The whole message and where its entry starts (-1: a header alone). */
+  message: string;
+  entryAt: number;
+}
+
+export function parseAppendNotice(message: string): AppendNotice {
+  const nul = message.indexOf('\0');
+  const headerEnd = nul < 0 ? message.length : nul;
+  const space = message.lastIndexOf(' ', headerEnd - 1);
+  return { logId: message.slice(0, space), seq: Number(message.slice(space + 1, headerEnd)), message, entryAt: nul < 0 ? -1 : nul + 1 };
+}
+
+/** The entry a notice carries, as XRANGE returns it (entry id `<seq>-0`); undefined for a header alone. */
+export function entryOf(notice: AppendNotice): StreamEntry | undefined {
+  if (notice.entryAt < 0) return undefined;
+  return [`${notice.seq}-0`, notice.message.slice(notice.entryAt).split('\0')];
+}

@@ -1,5 +1,5 @@
 import type { RedisClient } from './connect.ts';
-import type { StreamEntry } from './event-codec.ts';
+import { entryOf, parseAppendNotice, type AppendNotice, type StreamEntry } from './event-codec.ts';
 import type { KeyBuilder } from './keys.ts';
 
 /** Any event with a seq: team events of a task, run events of a run. */
@@ -17,6 +17,11 @@ export interface WatchableLog<E extends LoggedEvent> {
   channel: string;
   /** Events with seq > afterSeq, at most `limit`; null when the log is gone; throws cursor_expired. */
   read(afterSeq: number, limit: number): Promise<E[] | null>;
+  /**
+   * An entry as the log's own reads decode it: a tail decodes the entry an append notification carries with this,
+   * so a pushed event is the same as a read one.
+   */
+  decode(entry: StreamEntry): E;
   /** The tail's read of entries it was just told about: no existence or retention checks, one command. */
   readLive?(afterSeq: number, limit: number): Promise<E[]>;
   /** The last seq appended. */
@@ -47,12 +52,14 @@ export async function readHeadAndPage<E extends LoggedEvent>(
 /**
  * Shares one Redis tail per log among every watcher in this process (DESIGN invariant 3).
  *
- * Appends SPUBLISH `<logId> <seq>` on the log's shard channel (Redis 7 sharded pub/sub: the channel lives in the
- * log's slot). This process SSUBSCRIBEs to a channel only while it watches a log announced there, so what it hears
- * grows with what it watches, not with all traffic; on a Cluster each notification comes from the one node that
- * holds the log. A notification wakes the log's tail, which reads the new entries once (XRANGE from its cursor)
- * and pushes them to all of its watchers. So steady-state Redis reads grow with the number of watched logs, not
- * with watchers. A tail keeps the last page of events it read: a watcher whose cursor falls inside that page
+ * Appends SPUBLISH `<logId> <seq>` and the entry itself (up to a size cap; see event-codec.ts, AppendNotice) on
+ * the log's shard channel (Redis 7 sharded pub/sub: the channel lives in the log's slot). This process SSUBSCRIBEs
+ * to a channel only while it watches a log announced there, so what it hears grows with what it watches, not with
+ * all traffic; on a Cluster each notification comes from the one node that holds the log. A tail that is caught up
+ * (the notice is for its cursor + 1) decodes the entry the notice carries and pushes it to all of its watchers with
+ * no Redis read. Any other notice (a gap: one was lost or is still being read; an entry above the cap; a tail not
+ * started yet) wakes the tail, which reads the new entries once (XRANGE from its cursor) and pushes them. So
+ * steady-state Redis reads grow with gaps and polls, not with appends or watchers. A tail keeps the last page of events it read: a watcher whose cursor falls inside that page
  * starts from it without a read (the first watcher of a log too, when the log can read its head and the page
  * after the cursor together). A watcher that starts before that page, or falls behind the tail, catches up from
  * the log itself: the log is the truth, pushes and the kept page only save reads.
@@ -109,6 +116,8 @@ export class EventFanout {
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
+  /** Events tails took from the notifications that announced them, with no read (metrics, the fan-out bench). */
+  entriesCarried = 0;
   /** Appends announced to this process since start: those to the logs it watches (or watched). */
   appendsSeen = 0;
   /** Tails per subscribed channel: the channel is left when its last tail goes. */
@@ -127,8 +136,8 @@ export class EventFanout {
   async start(): Promise<void> {
     this.subscriber.on('smessage', (_channel: string, message: string) => {
       this.appendsSeen++;
-      const space = message.indexOf(' ');
-      this.tails.get(message.slice(0, space))?.wake(Number(message.slice(space + 1)));
+      const notice = parseAppendNotice(message);
+      this.tails.get(notice.logId)?.hear(notice);
     });
     // After a reconnect (or a failover), notifications sent meanwhile are gone: every tail re-reads. ioredis
     // subscribes again to the channels it was on.
@@ -223,6 +232,11 @@ export class EventFanout {
   }
 
   /** @internal */
+  countEntryCarried(): void {
+    this.entriesCarried++;
+  }
+
+  /** @internal */
   get pollMs(): number {
     return this.safetyPollMs;
   }
@@ -275,6 +289,33 @@ class LogTail<E extends LoggedEvent> {
     });
   }
 
+  /** An append notification: the entry it carries is the next one, or else the tail reads from its cursor. */
+  hear(notice: AppendNotice): void {
+    const event = this.isNext(notice.seq) ? this.decodeCarried(notice) : undefined;
+    if (!event) {
+      this.wake(notice.seq);
+      return;
+    }
+    this.fanout.countEntryCarried();
+    this.deliver(event);
+  }
+
+  /** `seq` follows the cursor and nothing is being read or about to be: taking it now keeps the order. */
+  private isNext(seq: number): boolean {
+    return seq === this.cursor + 1 && this.isReady && !this.reading && !this.scheduled && !this.ended;
+  }
+
+  private decodeCarried(notice: AppendNotice): E | undefined {
+    const entry = entryOf(notice);
+    if (!entry) return undefined;
+    try {
+      return this.log.decode(entry);
+    } catch {
+      // Not what the append wrote (a foreign publisher on the channel?): the log is the truth, read it there.
+      return undefined;
+    }
+  }
+
   wake(seq: number): void {
     if (this.ended || seq <= this.cursor) return;
     if (this.reading || this.scheduled || !this.isReady) {
@@ -298,12 +339,7 @@ class LogTail<E extends LoggedEvent> {
         do {
           this.fanout.countTailRead();
           page = (await (this.log.readLive ?? this.log.read).call(this.log, this.cursor, this.fanout.pageSize)) ?? [];
-          for (const event of page) {
-            this.cursor = event.seq;
-            this.remember(event);
-            for (const w of this.watchers) w.push(event);
-            if (this.log.isTerminal(event)) this.ended = true;
-          }
+          for (const event of page) this.deliver(event);
         } while (page.length === this.fanout.pageSize);
       } while (this.again && !this.ended);
       if (this.failedReads > 0) {
@@ -319,6 +355,14 @@ class LogTail<E extends LoggedEvent> {
     } finally {
       this.reading = false;
     }
+  }
+
+  /** The next event, read or carried: the cursor moves past it and every watcher gets it. */
+  private deliver(event: E): void {
+    this.cursor = event.seq;
+    this.remember(event);
+    for (const w of this.watchers) w.push(event);
+    if (this.log.isTerminal(event)) this.ended = true;
   }
 
   /** Keeps `event` in the recent page: it continues the page, or (after a gap) starts a new one. Bounded. */

@@ -190,6 +190,7 @@ export class RunStore {
     return {
       id: `run:${runId}`,
       channel: this.keys.runsAppended(workspaceId),
+      decode: decodeRunEntry,
       read: async (afterSeq, limit) => (await this.readEvents(runId, afterSeq, limit))?.events ?? null,
       head: async () => Number((await this.redis.hget(this.metaKey(workspaceId, runId), 'seq')) ?? 0),
       isTerminal: (e) => e.event_type === 'streaming-complete' || e.event_type === 'error' || (e.event_type === 'run-control' && (e.payload as { action?: string })?.action === 'stop'),

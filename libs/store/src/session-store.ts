@@ -504,6 +504,7 @@ export class SessionStore {
     return {
       id: sessionId,
       channel: this.keys.sessionAppended(sessionId),
+      decode: decodeSessionEntry,
       read: async (afterSeq, limit) => (await this.readEvents(sessionId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeSessionEntry),
       head: async () => Number((await this.redis.hget(this.keys.session(sessionId).meta, 'seq')) ?? 0),

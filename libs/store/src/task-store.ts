@@ -316,6 +316,7 @@ export class TaskStore {
     return {
       id: taskId,
       channel: this.keys.taskAppended(taskId),
+      decode: decodeEntry,
       read: async (afterSeq, limit) => (await this.readEvents(taskId, afterSeq, limit))?.events ?? null,
       readLive: async (afterSeq, limit) => ((await this.redis.xrange(this.keys.task(taskId).events, `(${afterSeq}-0`, '+', 'COUNT', limit)) as StreamEntry[]).map(decodeEntry),
       head: async () => Number((await this.redis.hget(this.keys.task(taskId).meta, 'seq')) ?? 0),
