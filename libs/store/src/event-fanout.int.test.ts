@@ -1,9 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
 import { startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
-import { EventFanout, WatchClosedError, type LogWatcher } from './event-fanout.ts';
+import { EventFanout, WatchClosedError, type LoggedEvent, type LogWatcher, type WatchableLog } from './event-fanout.ts';
+import { ApprovalStore, type ApprovalRecord } from './approval-store.ts';
 import { connectRedis } from './connect.ts';
 import { KeyBuilder } from './keys.ts';
+import { RunStore } from './run-store.ts';
+import { SessionStore } from './session-store.ts';
 import { TaskStore } from './task-store.ts';
 
 let server: TestRedis;
@@ -245,7 +248,82 @@ describe('EventFanout', () => {
       await logged.close();
     }
   });
+
+  it('pushes live appends to a caught-up tail from their notifications: every kind of log, no read, the bytes its read gives', async () => {
+    const keys = store.keys;
+    const sessions = new SessionStore({ redis, keys });
+    const runs = new RunStore({ redis, keys });
+    const approvals = new ApprovalStore({ redis, keys });
+    const taskId = await liveTask();
+    const session = await sessions.createSession({ workspace_id: 'w', model: 'm', tools: [], transcript: [], project_context: [], system_context: '', max_context_tokens: 1000, approval_policy: [], stop_on_denial: false });
+    const { run } = await runs.createRun({ workspace_id: 'w', agent_id: null, query: 'q', requested_by: null, files: [], metadata: {} }, 10);
+    const record = (n: number): ApprovalRecord => ({
+      approval_id: `t-${n}`, workspace_id: 'w', task_id: 't', worker_id: 'lead', call_id: `c${n}`, tool_name: 'shell', arguments: '{"cmd":"ls \\u00e9"}',
+      reason: 'asks', timeout_secs: 60, status: 'pending', created_at: 1, expires_at: Date.now() + 60_000,
+    });
+    const cases: Array<{ log: WatchableLog<LoggedEvent>; append: () => Promise<unknown> }> = [
+      { log: store.taskLog(taskId), append: async () => { for (let turn = 1; turn <= 3; turn++) await phase(taskId, turn); } },
+      { log: sessions.sessionLog(session.session_id), append: () => sessions.startTurn(session.session_id, { message_id: 'm1', content: 'héllo "quoted"\nline' }) },
+      { log: runs.runLog(run.run_id, 'w'), append: async () => { await runs.control(run.run_id, 'pause', undefined, 'op'); await runs.control(run.run_id, 'resume', undefined, 'op'); } },
+      { log: approvals.inboxLog('w'), append: () => approvals.announce('w', 'approval_requested', [record(1), record(2)]) },
+    ];
+    for (const { log, append } of cases) {
+      const head = await log.head();
+      const watcher = await fanout.watch(log, head);
+      const [reads, carried] = [fanout.tailReads, fanout.entriesCarried];
+      await append();
+      const appended = (await log.head()) - head;
+      expect(appended).toBeGreaterThan(0);
+      const pushed = await nextEvents(watcher, appended);
+      await watcher.return();
+      expect(fanout.tailReads - reads).toBe(0);
+      expect(fanout.entriesCarried - carried).toBe(appended);
+      expect(JSON.stringify(pushed)).toBe(JSON.stringify(await log.read(head, appended)));
+    }
+  });
+
+  it('reads the log after a lost notification: the gap and what follows arrive in order, once, with one read', async () => {
+    const taskId = await liveTask();
+    const watcher = await fanout.watch(store.taskLog(taskId), 2);
+    await phase(taskId, 1);
+    expect(await nextSeqs(watcher, 1)).toEqual([3]);
+    // An append whose notification never arrived (a dropped connection's): in the log, announced to nobody.
+    const k = store.keys.task(taskId);
+    const seq = await redis.hincrby(k.meta, 'seq', 1);
+    await redis.xadd(k.events, `${seq}-0`, 'ts', Date.now(), 't', 'worker_phase', 'w', 'lead', 'a', 0, 'p', JSON.stringify({ phase: 'thinking', mode: 'react', turn: 2 }));
+    const reads = fanout.tailReads;
+    await phase(taskId, 3);
+    expect(await nextSeqs(watcher, 2)).toEqual([4, 5]);
+    expect(fanout.tailReads - reads).toBe(1);
+    // Caught up again: the next appends come with their notifications.
+    for (let turn = 4; turn <= 6; turn++) await phase(taskId, turn);
+    expect(await nextSeqs(watcher, 3)).toEqual([6, 7, 8]);
+    expect(fanout.tailReads - reads).toBe(1);
+    await watcher.return();
+  });
+
+  it('reads an entry too big for its notification from the log, and takes the next small one from its own', async () => {
+    const taskId = await liveTask();
+    const watcher = await fanout.watch(store.taskLog(taskId), 2);
+    const reads = fanout.tailReads;
+    const big = 'x'.repeat(20_000);
+    await store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_completed', { result: big });
+    const [bigEvent] = await nextEvents(watcher, 1);
+    expect(bigEvent).toMatchObject({ seq: 3, event_type: 'worker_completed', payload: { result: big } });
+    expect(fanout.tailReads - reads).toBe(1);
+    await phase(taskId, 1);
+    expect(await nextSeqs(watcher, 1)).toEqual([4]);
+    expect(fanout.tailReads - reads).toBe(1);
+    await watcher.return();
+  });
 });
+
+/** The next `count` events, leaving the watcher open. */
+async function nextEvents<E extends LoggedEvent>(watcher: LogWatcher<E>, count: number): Promise<E[]> {
+  const events: E[] = [];
+  while (events.length < count) events.push((await watcher.next()).value as E);
+  return events;
+}
 
 /** The next `count` events' seqs, leaving the watcher open (collect's break would end it). */
 async function nextSeqs(watcher: LogWatcher<TeamEvent>, count: number): Promise<number[]> {
