@@ -77,6 +77,8 @@ describe('metrics', () => {
     expect(moved('gateway', 'cadre_fanout_notifications_total')).toBeGreaterThan(0);
     expect(moved('gateway', 'cadre_fanout_notifications_total')).toBeLessThanOrEqual(watched.events.length);
     expect(moved('gateway', 'cadre_fanout_lag_seconds_count')).toBeGreaterThan(0);
+    // Live appends came with their entries: the watched task's tail took some without a read.
+    expect(moved('gateway', 'cadre_fanout_entries_carried_total')).toBeGreaterThan(0);
     expect(moved('gateway', 'cadre_run_heartbeats_total')).toBeGreaterThan(0);
     expect(after.gateway.value('cadre_queue_jobs', { queue: 'agents', state: 'active' })).toBe(0);
     expect(after.gateway.names()).toContain('cadre_runs');

@@ -120,6 +120,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   new Counter({ name: 'cadre_fanout_notifications_total', help: 'Append notifications heard on the shard channels of the logs this gateway watches', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
   new Gauge({ name: 'cadre_fanout_channels', help: 'Shard channels this gateway is subscribed to (one per watched task or session, one per workspace with watched runs)', registers: [metrics], collect() { this.set(fanout.subscribedChannels()); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
+  new Counter({ name: 'cadre_fanout_entries_carried_total', help: 'Events shared tails took from the append notifications that carried them, with no Redis read', registers: [metrics], collect() { this.reset(); this.inc(fanout.entriesCarried); } });
   new Gauge({
     name: 'cadre_tasks_reached_status', help: 'Tasks that have reached each status since the store began (cluster-wide; queued counts every task created)', labelNames: ['status'], registers: [metrics],
     async collect() { for (const [status, n] of Object.entries(await store.statusCounts())) this.set({ status }, n); },

@@ -307,9 +307,9 @@ describe('EventFanout', () => {
     const watcher = await fanout.watch(store.taskLog(taskId), 2);
     const reads = fanout.tailReads;
     const big = 'x'.repeat(20_000);
-    await store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_completed', { result: big });
+    await store.appendWorkerEvent(taskId, 'lead', 'lease', 'worker_tool_call', { tool: 'write', call_id: 'c1', arguments: big });
     const [bigEvent] = await nextEvents(watcher, 1);
-    expect(bigEvent).toMatchObject({ seq: 3, event_type: 'worker_completed', payload: { result: big } });
+    expect(bigEvent).toMatchObject({ seq: 3, event_type: 'worker_tool_call', payload: { arguments: big } });
     expect(fanout.tailReads - reads).toBe(1);
     await phase(taskId, 1);
     expect(await nextSeqs(watcher, 1)).toEqual([4]);
