@@ -40,6 +40,8 @@ interface Phase {
   /** Stream reads Redis served in the window: XRANGE (Cadre's shared tail and catch-ups) or XREAD (raw). */
   stream_reads?: number;
   tail_reads?: number;
+  /** Events the gateway's tail took from the append notifications that carried them (no read). */
+  entries_carried?: number;
   redis_commands?: number;
 }
 
@@ -120,7 +122,10 @@ async function cadre(b: Bench, mode: 'grpc' | 'xread'): Promise<Phase> {
     watchers_cpu_s: done.cpu_s,
     redis_cpu_s: round(redisUsed, 2),
     stream_reads: mode === 'grpc' ? (counts.xrange ?? 0) : (counts.xread ?? 0),
-    ...(before && after && { tail_reads: (after.cadre_fanout_tail_reads_total ?? NaN) - (before.cadre_fanout_tail_reads_total ?? NaN) }),
+    ...(before && after && {
+      tail_reads: (after.cadre_fanout_tail_reads_total ?? NaN) - (before.cadre_fanout_tail_reads_total ?? NaN),
+      entries_carried: (after.cadre_fanout_entries_carried_total ?? NaN) - (before.cadre_fanout_entries_carried_total ?? NaN),
+    }),
     redis_commands: totalCalls(counts),
   };
 }
@@ -185,6 +190,7 @@ async function main(): Promise<void> {
     note(`efficiency: cadre ${range(of('cadre').map((s) => s.deliveries_per_server_cpu_s!), 0)} deliveries per gateway CPU-second, ceiling ${range(of('ceiling').map((s) => s.deliveries_per_server_cpu_s!), 0)}; per round ×${range(efficiency, 2)} (goal ≥ 0.7×)`);
     note(`p99: cadre ${range(p99('cadre'))} ms (goal ≤ 10 ms), ceiling ${range(p99('ceiling'))} ms, raw XREAD ${range(p99('raw_xread'))} ms`);
     note(`stream reads per event at ${WATCHERS} readers: cadre ${range(readsPerEvent('cadre'), 2)} (one shared tail), raw XREAD ${range(readsPerEvent('raw_xread'), 1)}`);
+    note(`events the gateway's tail took from their notifications, no read: ${range(of('cadre').map((s) => s.entries_carried! / s.events), 3)} of those appended`);
     const early = samples.find((s) => s.early_status);
     if (early) note(`closed early: e.g. ${early.side} round ${early.round}: ${early.early_status}`);
     saveResults('fanout', {
