@@ -302,6 +302,20 @@ describe('EventFanout', () => {
     await watcher.return();
   });
 
+  it('reads an entry with a NUL in a value (a VM may relay any source) from the log: its notification is the header alone', async () => {
+    const runs = new RunStore({ redis, keys: store.keys });
+    const { run } = await runs.createRun({ workspace_id: 'w-nul', agent_id: null, query: 'q', requested_by: null, files: [], metadata: {} }, 10);
+    const log = runs.runLog(run.run_id, 'w-nul');
+    const head = await log.head();
+    const watcher = await fanout.watch(log, head);
+    const [reads, carried] = [fanout.tailReads, fanout.entriesCarried];
+    await runs.relay(run.run_id, undefined, undefined, [{ event_type: 'message', source: 'vm\0agent', payload: { text: 'hi' } }]);
+    const [event] = await nextEvents(watcher, 1);
+    await watcher.return();
+    expect(event).toMatchObject({ seq: head + 1, event_type: 'message', source: 'vm\0agent', payload: { text: 'hi' } });
+    expect([fanout.tailReads - reads, fanout.entriesCarried - carried]).toEqual([1, 0]);
+  });
+
   it('reads an entry too big for its notification from the log, and takes the next small one from its own', async () => {
     const taskId = await liveTask();
     const watcher = await fanout.watch(store.taskLog(taskId), 2);
