@@ -59,10 +59,11 @@ export async function readHeadAndPage<E extends LoggedEvent>(
  * (the notice is for its cursor + 1) decodes the entry the notice carries and pushes it to all of its watchers with
  * no Redis read. Any other notice (a gap: one was lost or is still being read; an entry above the cap; a tail not
  * started yet) wakes the tail, which reads the new entries once (XRANGE from its cursor) and pushes them. So
- * steady-state Redis reads grow with gaps and polls, not with appends or watchers. A tail keeps the last page of events it read: a watcher whose cursor falls inside that page
- * starts from it without a read (the first watcher of a log too, when the log can read its head and the page
- * after the cursor together). A watcher that starts before that page, or falls behind the tail, catches up from
- * the log itself: the log is the truth, pushes and the kept page only save reads.
+ * steady-state Redis reads grow with gaps and polls, not with appends or watchers. A tail keeps the last page of
+ * events it read: a watcher whose cursor falls inside that page starts from it without a read (the first watcher
+ * of a log too, when the log can read its head and the page after the cursor together). A watcher that starts
+ * before that page, or falls behind the tail, catches up from the log itself: the log is the truth, pushes and the
+ * kept page only save reads.
  */
 export interface FanoutOptions {
   keys: KeyBuilder;
