@@ -44,7 +44,8 @@ if previous and previous.run_id then
 end
 local lost, requeued = expireLeases(now, maxAttempts, maxLen, channel, retention)
 
-local w = loadWorker(incoming.worker_id) or {}
+-- Only an expired lease rewrites a worker (its run_id): when none expired, the record read above is still current.
+local w = (lost == 0 and previous) or loadWorker(incoming.worker_id) or {}
 for k, v in pairs(incoming) do w[k] = v end
 w.last_heartbeat_at = now
 
@@ -91,7 +92,7 @@ local commands = {}
 local key = commandsKey(w.worker_id)
 if ARGV[4] == '' then
   commands = redis.call('LRANGE', key, 0, -1)
-  redis.call('DEL', key)
+  if #commands > 0 then redis.call('DEL', key) end
 else
   local acked = {}
   for _, id in ipairs(ackedIds) do acked[id] = true end
