@@ -20,38 +20,46 @@ export interface BoundsViolation {
 }
 
 type Segment = string | number;
+/** A value still to check; its path is kept as a link to its parent and spelled out only for a violation. */
 interface Frame {
   value: unknown;
   depth: number;
-  path: readonly Segment[];
+  parent?: Frame;
+  segment?: Segment;
 }
 
-const pointer = (path: readonly Segment[]): string => path.map((s) => `/${String(s).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+function pointer(frame: Frame): string {
+  const segments: Segment[] = [];
+  for (let f: Frame | undefined = frame; f?.parent; f = f.parent) segments.push(f.segment!);
+  return segments.reverse().map((s) => `/${String(s).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+}
 
 /**
  * The first value of `input` that breaks a bound, or undefined. Iterative, so a hostile depth cannot overflow the
- * stack; it stops at the first problem.
+ * stack; it stops at the first problem. Every request's params, query and body pass here, so a value that meets
+ * its bounds costs one frame and no path.
  */
 export function findBoundsViolation(input: unknown): BoundsViolation | undefined {
-  const stack: Frame[] = [{ value: input, depth: 0, path: [] }];
+  const stack: Frame[] = [{ value: input, depth: 0 }];
   while (stack.length > 0) {
-    const { value, depth, path } = stack.pop()!;
+    const frame = stack.pop()!;
+    const { value, depth } = frame;
     if (typeof value === 'string') {
       const problem = stringProblem(value, MAX_STRING_LENGTH);
-      if (problem) return { instancePath: pointer(path), message: problem };
+      if (problem) return { instancePath: pointer(frame), message: problem };
       continue;
     }
     if (value === null || typeof value !== 'object') continue;
-    if (depth >= MAX_JSON_DEPTH) return { instancePath: pointer(path), message: `is nested deeper than ${MAX_JSON_DEPTH} levels` };
+    if (depth >= MAX_JSON_DEPTH) return { instancePath: pointer(frame), message: `is nested deeper than ${MAX_JSON_DEPTH} levels` };
     if (Array.isArray(value)) {
-      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], depth: depth + 1, path: [...path, i] });
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], depth: depth + 1, parent: frame, segment: i });
       continue;
     }
     for (const key of Object.keys(value)) {
       const problem = stringProblem(key, MAX_KEY_LENGTH);
       // A field name that cannot be printed safely is not repeated in the message.
-      if (problem) return { instancePath: pointer(path), message: `has a field name that ${problem}` };
-      stack.push({ value: (value as Record<string, unknown>)[key], depth: depth + 1, path: [...path, key] });
+      if (problem) return { instancePath: pointer(frame), message: `has a field name that ${problem}` };
+      stack.push({ value: (value as Record<string, unknown>)[key], depth: depth + 1, parent: frame, segment: key });
     }
   }
   return undefined;
@@ -89,14 +97,22 @@ export function withSafeIntegers<T>(schema: T): T {
  * only), so a validator runs this after Ajv.
  */
 export function findNonFiniteNumber(data: unknown): string | undefined {
-  const stack: { value: unknown; path: string }[] = [{ value: data, path: '' }];
+  const stack: Frame[] = [{ value: data, depth: 0 }];
   while (stack.length > 0) {
-    const { value, path } = stack.pop()!;
-    if (typeof value === 'number' && !Number.isFinite(value)) return path;
+    const frame = stack.pop()!;
+    const { value } = frame;
+    if (typeof value === 'number' && !Number.isFinite(value)) return rawPath(frame);
     if (value === null || typeof value !== 'object') continue;
-    for (const [k, v] of Object.entries(value)) stack.push({ value: v, path: `${path}/${k}` });
+    for (const key of Object.keys(value)) stack.push({ value: (value as Record<string, unknown>)[key], depth: 0, parent: frame, segment: key });
   }
   return undefined;
+}
+
+/** `/a/0/b`: the path as Ajv's coercion errors spell it (no escaping). */
+function rawPath(frame: Frame): string {
+  let path = '';
+  for (let f: Frame | undefined = frame; f?.parent; f = f.parent) path = `/${f.segment}${path}`;
+  return path;
 }
 
 interface SchemaError {
