@@ -239,8 +239,10 @@ describe('EventFanout', () => {
       await until(() => lines.some((l) => l.level === 'info'));
       expect(lines).toEqual([
         expect.objectContaining({ level: 'warn', msg: 'event tail read failed; retrying on the safety poll', logId: taskId, cursor: 2, watchers: 1, err: expect.stringContaining('WRONGTYPE') }),
-        expect.objectContaining({ level: 'info', msg: 'event tail reads again', logId: taskId, cursor: 3 }),
+        expect.objectContaining({ level: 'info', msg: 'event tail reads again', logId: taskId }),
       ]);
+      // The first read that succeeds may be a safety poll between the mend and the append (cursor 2) or one after it.
+      expect([2, 3]).toContain(lines[1]!.cursor);
       expect(lines[1]!.failedReads).toBeGreaterThanOrEqual(4);
       // The watcher never noticed: it gets every event in order.
       expect(await collect(watcher, 3)).toEqual([1, 2, 3]);
