@@ -6,8 +6,10 @@ import { TestStack } from './support/stack.ts';
 const RUNS_KEY = 'runs-test-key';
 let stack: TestStack;
 
+// Leases of the default length (30 s): a slow machine between two steps of a test must not lose a worker's run.
+// The test of lost leases has a stack of its own with short ones.
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_WORKER_TTL_MS: '600', RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -90,35 +92,42 @@ describe('runs API: the original contract', () => {
   });
 
   it('requeues the run of a worker that stopped heartbeating, fences the lost worker, and fails after max attempts', async () => {
-    const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-c', query: 'lease me' });
-    const runId = body.run.run_id;
-    const a = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'a', status: 'ready' });
-    expect(a.body.assigned_run.run_id).toBe(runId);
-    // Worker a goes quiet past RUNS_WORKER_TTL_MS (600 ms); the sweeper requeues its run.
-    const requeued = await waitUntil('the sweeper to requeue the run', async () => {
-      const run = (await call('GET', `/api/runs/${runId}`)).body;
-      return run.attempts === 1 ? run : null;
-    });
-    expect(requeued).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker: null });
-    const b = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'b', status: 'ready' });
-    expect(b.body.assigned_run.run_id).toBe(runId);
-    expect(b.body.assigned_run.lease_id).not.toBe(a.body.assigned_run.lease_id);
-    // The lost worker can no longer dispatch or relay into the run.
-    expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'a' })).status).toBe(404);
-    expect((await call('POST', `/api/runs/${runId}/events`, { event_type: 'tool-call', worker_id: 'a' })).status).toBe(409);
-    const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
-    expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
+    // Leases long enough for a loaded machine's few steps between an assignment and the checks that follow it.
+    const leases = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_WORKER_TTL_MS: '1500', RUNS_HEARTBEAT_INTERVAL_MS: '100' } });
+    const call = (method: string, path: string, body?: unknown) => runsCall(leases.url, RUNS_KEY, method, path, body);
+    try {
+      const { body } = await call('POST', '/api/runs/', { workspace_id: 'ws-c', query: 'lease me' });
+      const runId = body.run.run_id;
+      const a = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'a', status: 'ready' });
+      expect(a.body.assigned_run.run_id).toBe(runId);
+      // Worker a goes quiet past RUNS_WORKER_TTL_MS (1.5 s); the sweeper requeues its run.
+      const requeued = await waitUntil('the sweeper to requeue the run', async () => {
+        const run = (await call('GET', `/api/runs/${runId}`)).body;
+        return run.attempts === 1 ? run : null;
+      });
+      expect(requeued).toMatchObject({ status: 'awaiting_worker', attempts: 1, worker: null });
+      const b = await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'b', status: 'ready' });
+      expect(b.body.assigned_run.run_id).toBe(runId);
+      expect(b.body.assigned_run.lease_id).not.toBe(a.body.assigned_run.lease_id);
+      // The lost worker can no longer dispatch or relay into the run.
+      expect((await call('POST', `/api/runs/${runId}/worker-dispatched`, { worker_id: 'a' })).status).toBe(404);
+      expect((await call('POST', `/api/runs/${runId}/events`, { event_type: 'tool-call', worker_id: 'a' })).status).toBe(409);
+      const types = (await call('GET', `/api/runs/${runId}/events`)).body.events.map((e: any) => e.event_type);
+      expect(types).toEqual(['run-created', 'run-worker-assigned', 'run-worker-lost', 'run-requeued', 'run-worker-assigned']);
 
-    // b and then c go quiet too: the third loss (RUNS_MAX_ATTEMPTS 3) fails the run, with the reason in the log.
-    await waitUntil('the run to lose b', async () => (await call('GET', `/api/runs/${runId}`)).body.attempts === 2);
-    expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'c', status: 'ready' })).body.assigned_run.run_id).toBe(runId);
-    const failed = await waitUntil('the run to lose c and fail', async () => {
-      const run = (await call('GET', `/api/runs/${runId}`)).body;
-      return run.attempts === 3 ? run : null;
-    });
-    expect(failed).toMatchObject({ status: 'failed', attempts: 3, error: 'worker lost 3 times' });
-    const last = (await call('GET', `/api/runs/${runId}/events?after_seq=7`)).body.events.map((e: any) => [e.event_type, e.payload.reason ?? null]);
-    expect(last).toEqual([['run-worker-assigned', null], ['run-worker-lost', null], ['error', 'worker_lost']]);
+      // b and then c go quiet too: the third loss (RUNS_MAX_ATTEMPTS 3) fails the run, with the reason in the log.
+      await waitUntil('the run to lose b', async () => (await call('GET', `/api/runs/${runId}`)).body.attempts === 2);
+      expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-c', worker_id: 'c', status: 'ready' })).body.assigned_run.run_id).toBe(runId);
+      const failed = await waitUntil('the run to lose c and fail', async () => {
+        const run = (await call('GET', `/api/runs/${runId}`)).body;
+        return run.attempts === 3 ? run : null;
+      });
+      expect(failed).toMatchObject({ status: 'failed', attempts: 3, error: 'worker lost 3 times' });
+      const last = (await call('GET', `/api/runs/${runId}/events?after_seq=7`)).body.events.map((e: any) => [e.event_type, e.payload.reason ?? null]);
+      expect(last).toEqual([['run-worker-assigned', null], ['run-worker-lost', null], ['error', 'worker_lost']]);
+    } finally {
+      await leases.stop();
+    }
   });
 
   it('answers 503 without a configured key and 401 with a wrong one', async () => {
