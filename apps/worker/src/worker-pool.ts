@@ -14,9 +14,21 @@ export interface WorkerPool {
   metricsPort: number | undefined;
   /** Agent loops (team workers and session turns) running in this process now. */
   runningLoops(): number;
-  /** Stop taking jobs; let running ones finish for `graceMs`, then hand them back and exit. */
+  /**
+   * Stop taking jobs; let running ones finish for `graceMs`, then hand them back and exit. Resolves within
+   * graceMs + 6 s even when Redis never answers (the connections are then cut; see CLOSE_HAND_BACK_MS).
+   */
   close(graceMs?: number): Promise<void>;
 }
+
+/**
+ * After the grace period, the time the aborted loops get to hand their jobs back (and BullMQ to move them) before
+ * close() cuts the connections. close() resolves within graceMs + CLOSE_HAND_BACK_MS + CLOSE_CUT_MS (6 s past the
+ * grace period) whatever Redis does.
+ */
+export const CLOSE_HAND_BACK_MS = 5_000;
+/** After the cut, how long the worker gets to see its commands rejected and end its loops (they do at once). */
+const CLOSE_CUT_MS = 1_000;
 
 type PoolConfig = WorkerConfig & { redis: RedisTarget; openaiBaseUrl: string; openaiApiKey: string };
 
@@ -59,6 +71,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     hostId: config.hostId,
     maxTurns: config.maxTurns,
     workerTimeoutMs: config.workerTimeoutMs,
+    maxAttempts: config.maxAttempts,
+    redisWaitMs: config.lockMs,
     logger,
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
     onTaskFinished: (status, seconds) => taskSeconds.observe({ status }, seconds),
@@ -77,6 +91,9 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     cancels,
     store: sessionStore,
     logger,
+    maxAttempts: config.maxAttempts,
+    redisWaitMs: config.lockMs,
+    onTurnEnded: (outcome) => sessionTurns.turnEnded({ outcome }),
   });
 
   // One queue, one pool of slots: team agents and session turns (and tool deadlines) share the concurrency.
@@ -137,12 +154,39 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       const deadline = setTimeout(() => {
         handedBack.inc(processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
       }, graceMs);
-      await worker.close();
+      const closing = worker.close();
+      const cutAt = Date.now() + graceMs + CLOSE_HAND_BACK_MS;
+      if (!(await settlesWithin(closing, cutAt - Date.now()))) {
+        // Redis does not answer: a command waits for it without end (maxRetriesPerRequest: null), and so do the
+        // aborted loops' hand-backs, BullMQ's moves of the jobs they ended and its fetch, and with them
+        // worker.close(). Cutting the connections rejects every such command at once: each loop ends (its job, not
+        // moved, is retaken by the stall check once its lock expires) and the worker closes.
+        logger.warn({ graceMs, handBackMs: CLOSE_HAND_BACK_MS }, 'Redis did not answer while closing: disconnecting');
+        redis.disconnect();
+        subscriber.disconnect();
+        await settlesWithin(closing, CLOSE_CUT_MS);
+      }
       clearTimeout(deadline);
       cancels.stop();
       metricsServer?.close();
-      await Promise.all([queue.close(), sessionQueue.close()]);
-      await Promise.all([subscriber.quit().catch(() => undefined), redis.quit().catch(() => undefined)]);
+      await settlesWithin(Promise.all([queue.close(), sessionQueue.close()]), Math.max(0, cutAt - Date.now()));
+      // QUIT is a command too: it waits for a Redis that is down, so it gets what is left of the bound.
+      await Promise.all([subscriber, redis].map(async (client) => {
+        if (!(await settlesWithin(client.quit(), Math.max(0, cutAt - Date.now())))) client.disconnect();
+      }));
     },
   };
+}
+
+/** Whether `promise` settled (either way) within `ms`; it goes on regardless. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -10,8 +10,11 @@ export type SessionStatus = (typeof SESSION_STATUSES)[number];
 /** What the agent is doing, as roz's ActivityUpdate.state. */
 export type ActivityState = 'thinking' | 'calling_tool' | 'idle' | 'waiting_approval';
 
-/** Why a turn's attempt ended unfinished: its worker died, or shut down past its drain deadline. */
-export type AttemptLostReason = 'worker_lost' | 'worker_shutdown';
+/**
+ * Why a turn's attempt ended unfinished: its worker died, shut down past its drain deadline, or Redis could not take
+ * its writes (down or failing over) and it handed the turn back.
+ */
+export type AttemptLostReason = 'worker_lost' | 'worker_shutdown' | 'redis_unavailable';
 
 export interface ToolOutcome {
   tool_call_id: string;

@@ -25,6 +25,8 @@ export type WorkerFailureReason =
   | 'max_turns'
   | 'tool_error'
   | 'worker_shutdown'
+  /** Redis could not take the attempt's writes (down, failing over): handed back, or failed once that recurs. */
+  | 'redis_unavailable'
   | 'team_failed'
   | 'internal_error';
 

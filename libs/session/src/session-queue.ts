@@ -11,6 +11,8 @@ export const APPROVAL_DEADLINE_JOB = 'session-approval-deadline';
 export interface SessionTurnJobData {
   sessionId: string;
   wake: number;
+  /** How many attempts handed this turn back because Redis could not take their writes (bounded by the attempts). */
+  outages?: number;
 }
 
 /** A client tool call's deadline: if the call is still pending, the model gets a tool error. */

@@ -2,7 +2,7 @@ import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import { inSpan, savedTrace } from '@cadre/observability';
-import type { SessionEventInput, TokenUsage } from '@cadre/protocol';
+import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
@@ -376,18 +376,16 @@ export class TurnRunner {
   }
 
   /**
-   * Lets go of the turn without ending it (its worker's drain deadline passed): the job is handed back and another
-   * worker resumes it from its last boundary. Like a lost attempt, it is logged: what this attempt streamed since
-   * that boundary will come again, and a client must know to drop it.
+   * Lets go of the turn without ending it (its worker's drain deadline passed, or Redis could not take its writes):
+   * the job is handed back and another attempt resumes it from its last boundary. Like a lost attempt, it is logged:
+   * what this attempt streamed since that boundary will come again, and a client must know to drop it. Rejects as
+   * the fenced write does (a lease lost, Redis unavailable).
    */
-  async release(sessionId: string, lease: string, attempt: number): Promise<void> {
-    const message = 'the worker running this turn shut down; the turn resumes on another worker from its last boundary';
-    await this.deps.store
-      .commitTurn(sessionId, lease, {
-        fields: { lease: '' },
-        events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, reason: 'worker_shutdown', message } }],
-      })
-      .catch(() => undefined);
+  async release(sessionId: string, lease: string, attempt: number, why: { reason: AttemptLostReason; message: string }): Promise<void> {
+    await this.deps.store.commitTurn(sessionId, lease, {
+      fields: { lease: '' },
+      events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, ...why } }],
+    });
   }
 }
 

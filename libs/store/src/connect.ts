@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { RedisTarget } from '@cadre/config';
 
@@ -108,6 +109,26 @@ export function isRedisUnavailable(err: unknown): boolean {
   if (UNAVAILABLE_REPLY.test(err.message) || UNAVAILABLE_CLIENT.test(err.message)) return true;
   const previous = (err as { previousErrors?: unknown[] }).previousErrors;
   return /^EXECABORT /.test(err.message) && Array.isArray(previous) && previous.length > 0 && previous.every(isRedisUnavailable);
+}
+
+/**
+ * Runs `op` until it is answered or fails for another reason than Redis being unavailable: while Redis cannot answer,
+ * tries again every `everyMs` for up to `withinMs` (0: one try), or until `signal` aborts. Rejects with the last
+ * error when it gives up. On one node a command waits out a reconnect by itself (`maxRetriesPerRequest: null`);
+ * what comes back as unavailable is a reply (READONLY from a demoted master, LOADING) or a Cluster client's spent
+ * retries, and those end when the failover does.
+ */
+export async function retryWhileUnavailable<T>(op: () => Promise<T>, opts: { withinMs: number; everyMs?: number; signal?: AbortSignal }): Promise<T> {
+  const giveUpAt = Date.now() + opts.withinMs;
+  const everyMs = opts.everyMs ?? 250;
+  for (;;) {
+    try {
+      return await op();
+    } catch (err) {
+      if (!isRedisUnavailable(err) || opts.signal?.aborted || Date.now() + everyMs > giveUpAt) throw err;
+      await sleep(everyMs, undefined, { signal: opts.signal }).catch(() => undefined);
+    }
+  }
 }
 
 /** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */

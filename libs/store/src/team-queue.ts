@@ -13,6 +13,8 @@ export interface AgentJobData {
   taskId: string;
   workerId: string;
   step?: LeadStep;
+  /** How many attempts handed this job back because Redis could not take their writes (bounded by the attempts). */
+  outages?: number;
 }
 
 /** Job ids derive from task and worker, so enqueueing twice adds nothing (BullMQ ignores a known job id). */

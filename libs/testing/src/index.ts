@@ -1,4 +1,4 @@
-export { startTestRedis, TEST_CLUSTER_ENV, type TestRedis, type TestRedisClient } from './redis.ts';
+export { startTestRedis, startRestartableRedis, TEST_CLUSTER_ENV, type RestartableRedis, type TestRedis, type TestRedisClient } from './redis.ts';
 export { startTestCluster, CLUSTER_NODE_TIMEOUT_MS, type TestCluster } from './redis-cluster.ts';
 export { startTestSentinel, type TestSentinel } from './redis-sentinel.ts';
 export const TEST_API_KEY = 'test-key-all-workspaces';

@@ -1,4 +1,6 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Cluster, Redis } from 'ioredis';
 import type { RedisTarget } from '@cadre/config';
 import { startEmbeddedRedis } from '@cadre/embedded-redis';
@@ -53,6 +55,28 @@ export async function startTestRedis(): Promise<TestRedis> {
   }
   const redis = await startEmbeddedRedis();
   return single(redis.url, { kill: () => redis.kill('SIGKILL'), stop: () => redis.stop() });
+}
+
+/** A single-node Redis whose outages a test makes: it keeps every acknowledged write across kill() and restart(). */
+export interface RestartableRedis extends TestRedis {
+  kill(): void;
+  /** Starts the server again on the same port with the same data (it comes back a master). */
+  restart(): Promise<void>;
+}
+
+/**
+ * A redis-server child with an append-only file fsynced on every write, for outage tests (always one node, also
+ * under the cluster suite): kill -9 it, or demote it to a replica, and bring it back with its data.
+ */
+export async function startRestartableRedis(): Promise<RestartableRedis> {
+  // Our own data dir: a persistent server's default one would outlive the test.
+  const dataDir = mkdtempSync(join(tmpdir(), 'cadre-outage-redis-'));
+  const redis = await startEmbeddedRedis({ persist: true, dataDir });
+  const stop = async (): Promise<void> => {
+    await redis.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  return { ...single(redis.url, { stop }), kill: () => redis.kill('SIGKILL'), restart: () => redis.restart() };
 }
 
 function single(url: string, how: Pick<TestRedis, 'stop' | 'kill'>): TestRedis {

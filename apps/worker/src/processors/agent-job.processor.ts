@@ -7,6 +7,8 @@ import {
   LEAD_WORKER_ID,
   StoreError,
   evaluatePolicy,
+  isRedisUnavailable,
+  retryWhileUnavailable,
   newApprovalId,
   type ApprovalRecord,
   type ApprovalRule,
@@ -20,6 +22,7 @@ import {
   type WorkerView,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
+import { handJobBack } from './hand-back.ts';
 import { spawnWorkerTool } from './spawn-worker.tool.ts';
 
 export interface AgentJobDeps {
@@ -32,6 +35,13 @@ export interface AgentJobDeps {
   hostId: string;
   maxTurns: number;
   workerTimeoutMs: number;
+  /** How many times a job may be handed back because Redis could not take its writes before it fails. */
+  maxAttempts: number;
+  /**
+   * How long an attempt whose write found Redis unavailable waits for it to answer again, to hand its job back: the
+   * job's lock duration, past which its lease has expired anyway and the stall check retakes the job.
+   */
+  redisWaitMs: number;
   logger: Logger;
   onFinished?(outcome: 'completed' | 'failed', durationMs: number): void;
   /** The lead recorded the task's end; `seconds` since the lead's job was enqueued (the task's creation). */
@@ -97,6 +107,12 @@ export class AgentJobProcessor {
       if (err instanceof StoreError && ['task_finished', 'task_not_found', 'worker_finished'].includes(err.code)) {
         log.info({ reason: err.code }, 'agent job skipped');
         return { workerId, status: 'skipped' };
+      }
+      // Nothing of this attempt is written yet: the job stays active and the stall check retakes it once its lock
+      // has expired and Redis answers (failing the job, with attemptsMade 1, would leave its worker pending for good).
+      if (isRedisUnavailable(err)) {
+        log.warn({ err }, 'agent job not claimed: Redis unavailable');
+        throw new WaitingError();
       }
       throw err;
     }
@@ -322,17 +338,45 @@ export class AgentJobProcessor {
       throw new Error('lock lost');
     }
     if (cause === 'shutdown') {
-      // Hand the job back: the next attempt starts on another worker.
-      await this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'released', reason: 'worker_shutdown', message: `host ${this.deps.hostId} shut down` }).catch(() => undefined);
-      await job.moveToWait(lease);
-      throw new WaitingError();
+      // Hand the job back: the next attempt starts on another worker. The drain deadline has passed: no waiting.
+      const released = { outcome: 'released', reason: 'worker_shutdown', message: `host ${this.deps.hostId} shut down` } as const;
+      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), waitMs: 0, log });
     }
+    if (isRedisUnavailable(err)) return this.rideOutOutage(err as Error, job, lease, ac.signal, log);
     log.error({ err }, 'agent job failed');
     await this.deps.store
       .finishWorker(taskId, workerId, lease, { outcome: 'failed', reason: 'internal_error', message: err instanceof Error ? err.message : String(err) },
         workerId === LEAD_WORKER_ID ? { status: 'failed', reason: 'lead failed: internal_error' } : undefined)
       .catch(() => undefined);
     throw new UnrecoverableError(`internal_error: ${err instanceof Error ? err.message : String(err)}`);
+  }
+
+  /**
+   * A write of the loop found Redis unavailable (down, failing over, the client's retries spent): not a verdict on
+   * the job. Once Redis answers again the job is handed back as on shutdown (`released`, reason `redis_unavailable`)
+   * and the next attempt starts over; the outage that finds the job for the maxAttempts-th time fails it, and the
+   * lead's task, honestly with that reason.
+   */
+  private async rideOutOutage(err: Error, job: Job<AgentJobData>, lease: string, signal: AbortSignal, log: Logger): Promise<never> {
+    const { taskId, workerId } = job.data;
+    const outages = (job.data.outages ?? 0) + 1;
+    const message = `Redis was unavailable to host ${this.deps.hostId} (${err.message.split('\n')[0]}); outage ${outages} of at most ${this.deps.maxAttempts}`;
+    log.warn({ err, outages }, 'agent stopped: Redis unavailable');
+    const waitMs = this.deps.redisWaitMs;
+    if (outages < this.deps.maxAttempts) {
+      const released = { outcome: 'released', reason: 'redis_unavailable', message } as const;
+      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), data: { outages }, waitMs, signal, log });
+    }
+    const failed = { outcome: 'failed', reason: 'redis_unavailable', message } as const;
+    const task = workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead failed: redis_unavailable: ${message}` } as const : undefined;
+    try {
+      await retryWhileUnavailable(() => this.deps.store.finishWorker(taskId, workerId, lease, failed, task), { withinMs: waitMs, signal });
+    } catch (e) {
+      // Not even that could be written: the stall check ends it (as lost) once Redis is back.
+      if (isRedisUnavailable(e)) throw new WaitingError();
+      if (!(e instanceof StoreError)) throw e;
+    }
+    throw new UnrecoverableError(`redis_unavailable: ${message}`);
   }
 }
 

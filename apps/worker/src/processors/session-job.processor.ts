@@ -1,14 +1,21 @@
-import { WaitingError, type Job } from 'bullmq';
+import { UnrecoverableError, WaitingError, type Job } from 'bullmq';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
-import { StoreError, type SessionStore } from '@cadre/store';
+import { StoreError, isRedisUnavailable, retryWhileUnavailable, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
+import { handJobBack } from './hand-back.ts';
 
 export interface SessionJobDeps {
   runner: TurnRunner;
   cancels: CancelRegistry;
   store: SessionStore;
   logger: Logger;
+  /** How many times a turn may be handed back because Redis could not take its writes before it ends in error. */
+  maxAttempts: number;
+  /** How long a turn whose write found Redis unavailable waits for it to answer again (the job's lock duration). */
+  redisWaitMs: number;
+  /** A turn this processor ended (the outage bound): the worker's session metrics. */
+  onTurnEnded?(outcome: string): void;
 }
 
 export interface SessionJobResult {
@@ -60,7 +67,11 @@ export class SessionJobProcessor {
     const { sessionId, wake } = job.data as SessionTurnJobData;
     const log = this.deps.logger.child({ sessionId, wake, jobId: job.id });
     // Claimed before the cancel check is registered: that check aborts a loop whose lease is not the job's.
-    const turn = await this.deps.runner.claim(sessionId, wake, token);
+    const turn = await this.deps.runner.claim(sessionId, wake, token).catch((err: unknown) => {
+      // Nothing of this attempt is written yet: the stall check retakes the job once its lock expires and Redis answers.
+      if (isRedisUnavailable(err)) throw new WaitingError();
+      throw err;
+    });
     if (turn === null) return { sessionId, outcome: 'stale' };
     const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token);
     this.running.set(job.id!, ac);
@@ -70,10 +81,9 @@ export class SessionJobProcessor {
     } catch (err) {
       const cause = ac.signal.reason as AbortCause | undefined;
       if (cause === 'shutdown') {
-        // Hand the turn back: it resumes on another worker from its last boundary.
-        await this.deps.runner.release(sessionId, token, turn.attempt);
-        await job.moveToWait(token);
-        throw new WaitingError();
+        // Hand the turn back: it resumes on another worker from its last boundary. The drain deadline has passed.
+        const why = { reason: 'worker_shutdown', message: 'the worker running this turn shut down; the turn resumes on another worker from its last boundary' } as const;
+        return handJobBack(job, token, { record: () => this.deps.runner.release(sessionId, token, turn.attempt, why), waitMs: 0, log });
       }
       if (cause === 'cancelled' || (err instanceof StoreError && err.code === 'lease_lost')) {
         // The cancel (or a newer attempt) already wrote the turn's end; nothing of ours may be written.
@@ -81,6 +91,7 @@ export class SessionJobProcessor {
         return { sessionId, outcome: 'cancelled' };
       }
       if (cause === 'lease_lost') throw new Error('lock lost', { cause: err });
+      if (isRedisUnavailable(err)) return this.rideOutOutage(err as Error, job as Job<SessionTurnJobData>, token, turn.attempt, ac.signal, log);
       log.error({ err }, 'session turn failed');
       throw err;
     } finally {
@@ -88,4 +99,31 @@ export class SessionJobProcessor {
       this.deps.cancels.unregister(sessionId, ac);
     }
   };
+
+  /**
+   * A write of the turn found Redis unavailable: once Redis answers again the turn is handed back (`attempt_lost`,
+   * reason `redis_unavailable`) and resumes from its last boundary; the outage that finds it for the
+   * maxAttempts-th time ends the turn in error, retryable, as a turn that lost its worker that often does.
+   */
+  private async rideOutOutage(err: Error, job: Job<SessionTurnJobData>, lease: string, attempt: number, signal: AbortSignal, log: Logger): Promise<never> {
+    const { sessionId, wake } = job.data;
+    const outages = (job.data.outages ?? 0) + 1;
+    const message = `Redis was unavailable (${err.message.split('\n')[0]}); outage ${outages} of at most ${this.deps.maxAttempts}`;
+    log.warn({ err, outages }, 'session turn stopped: Redis unavailable');
+    const waitMs = this.deps.redisWaitMs;
+    if (outages < this.deps.maxAttempts) {
+      const why = { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` } as const;
+      return handJobBack(job, lease, { record: () => this.deps.runner.release(sessionId, lease, attempt, why), data: { outages }, waitMs, signal, log });
+    }
+    const error = { code: 'redis_unavailable', message, retryable: true };
+    try {
+      const ended = await retryWhileUnavailable(() => this.deps.store.cancelTurn(sessionId, 'error', { error, onlyWake: wake }), { withinMs: waitMs, signal });
+      if (ended) this.deps.onTurnEnded?.('error');
+    } catch (e) {
+      // Not even that could be written: the stall check ends it (as lost) once Redis is back.
+      if (isRedisUnavailable(e)) throw new WaitingError();
+      throw e;
+    }
+    throw new UnrecoverableError(`redis_unavailable: ${message}`);
+  }
 }

@@ -1,0 +1,136 @@
+// Workers ride out a Redis outage. A failover as a worker meets it: the node it writes to turns replica (every write
+// refused with READONLY, the reply a Cluster client also ends with once its ~20 s of retries are spent), then is
+// gone, then comes back a master with its data. A loop caught by it hands its job back and another attempt resumes
+// it; a third outage of the same job (CADRE_MAX_ATTEMPTS) ends it failed, saying why. And closing a pool while
+// Redis never comes back resolves within its bound, with no loop left running.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, type RestartableRedis } from '@cadre/testing';
+import { sessionEvents, sessionEventsWhen } from './support/session-client.ts';
+import { TestStack, freePort } from './support/stack.ts';
+
+/** How long writes are refused, then how long Redis is gone: setup parameters of the outage, not waits for a state. */
+const READONLY_MS = 2_000;
+const DOWN_MS = 3_000;
+/** Longer than the outage, so the attempt's lease is still its own when Redis is back (the hand-back is fenced by it). */
+const LOCK_MS = '30000';
+
+let stack: TestStack | undefined;
+let redis: RestartableRedis | undefined;
+let redisDown = false;
+
+afterEach(async () => {
+  // The gateway and the other closes need a Redis to say goodbye to.
+  if (redisDown) await redis?.restart();
+  redisDown = false;
+  await stack?.stop();
+  stack = undefined;
+});
+
+async function startStack(env: Record<string, string> = {}): Promise<TestStack> {
+  redis = await startRestartableRedis();
+  stack = await TestStack.start({ redis, workers: 0 });
+  await stack.addWorkerPool({ CADRE_JOB_LOCK_MS: LOCK_MS, ...env });
+  return stack;
+}
+
+/** The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then back. */
+async function failover(): Promise<void> {
+  const admin = new Redis(redis!.url);
+  await admin.replicaof('127.0.0.1', await freePort());
+  admin.disconnect();
+  await sleep(READONLY_MS);
+  redis!.kill();
+  redisDown = true;
+  await sleep(DOWN_MS);
+  await redis!.restart();
+  redisDown = false;
+}
+
+async function createTask(workers: object[]): Promise<string> {
+  const res = await httpClient(stack!.url).post<{ task: { task_id: string } }>('/api/tasks', { workspace_id: 'outage', goal: 'Ride it out', team: { workers } });
+  expect(res.status).toBe(201);
+  return res.body.task.task_id;
+}
+
+const WAITER = { role: 'waiter', instructions: 'Wait, then answer. [[scripted:call=wait({"ms":1000})]]', tools: ['wait'] };
+
+describe('a Redis outage under a running team task', () => {
+  it('the worker mid-loop hands its job back (released, redis_unavailable) and its next attempt completes the task', async () => {
+    await startStack();
+    const taskId = await createTask([WAITER]);
+    // Mid-loop: its tool runs, and the loop's next write comes during the outage.
+    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
+    await failover();
+
+    const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
+    assertContiguous(events.map((e) => e.seq));
+    const mine = events.filter((e) => e.worker_id === 'waiter-1');
+    expect(mine.filter((e) => e.event_type === 'worker_failed')).toEqual([
+      expect.objectContaining({ attempt: 1, payload: expect.objectContaining({ reason: 'redis_unavailable', message: expect.stringContaining('READONLY') }) }),
+    ]);
+    expect(mine.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1, 2]);
+    expect(mine.at(-2)).toMatchObject({ event_type: 'worker_completed', attempt: 2 });
+    expect(events.some((e) => (e.payload as { reason?: string }).reason === 'internal_error')).toBe(false);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+  }, 90_000);
+
+  it('an outage that finds the job once more than its attempts allow fails the worker with reason redis_unavailable, and the task', async () => {
+    // One attempt: the first outage is already the last one the job may go through.
+    await startStack({ CADRE_MAX_ATTEMPTS: '1' });
+    const taskId = await createTask([WAITER]);
+    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
+    await failover();
+
+    const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
+    assertContiguous(events.map((e) => e.seq));
+    const mine = events.filter((e) => e.worker_id === 'waiter-1');
+    expect(mine.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1]);
+    expect(mine.filter((e) => e.event_type === 'worker_failed').map((e) => e.payload)).toEqual([
+      expect.objectContaining({ reason: 'redis_unavailable', message: expect.stringContaining('outage 1 of at most 1') }),
+    ]);
+    expect(events.at(-1)).toMatchObject({ event_type: 'task_failed' });
+  }, 90_000);
+});
+
+describe('a Redis outage under a running session turn', () => {
+  it('the turn mid-answer is handed back (attempt_lost, redis_unavailable) and resumes to its end from its last boundary', async () => {
+    await startStack();
+    const api = httpClient(stack!.url);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'outage' });
+    const sessionId = created.body.session.session_id;
+    expect((await api.post(`/api/sessions/${sessionId}/messages`, { content: 'Explain slowly [[scripted:words=120]] [[scripted:chunk_delay=50]]' })).status).toBe(202);
+    await sessionEventsWhen(stack!.url, sessionId, (evs) => evs.some((e) => e.event_type === 'text_delta'));
+    await failover();
+
+    const evs = await sessionEventsWhen(stack!.url, sessionId, (all) => all.some((e) => e.event_type === 'turn_complete'), 60_000);
+    assertContiguous(evs.map((e) => e.seq));
+    expect(evs.filter((e) => e.event_type === 'attempt_lost').map((e) => e.payload)).toEqual([
+      expect.objectContaining({ attempt: 1, reason: 'redis_unavailable' }),
+    ]);
+    expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn']);
+    expect((await sessionEvents(stack!.url, sessionId)).some((e) => e.event_type === 'session_error')).toBe(false);
+  }, 90_000);
+});
+
+describe('closing a worker pool while Redis is down', () => {
+  it('resolves (within the grace period plus its hand-back bound, well inside this test\'s timeout) and leaves no loop running', async () => {
+    await startStack();
+    const pool = stack!.pools[0]!;
+    // Two loops waiting on their model when Redis dies; their next writes wait for a Redis that never comes back.
+    const taskId = await createTask([
+      { role: 'thinker', instructions: 'Think long. [[scripted:delay=30000]]' },
+      { role: 'sleeper', instructions: 'Sleep. [[scripted:call=wait({"ms":30000})]]', tools: ['wait'] },
+    ]);
+    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_phase' && e.worker_id === 'thinker-1');
+    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'sleeper-2');
+    expect(pool.runningLoops()).toBe(2);
+    redis!.kill();
+    redisDown = true;
+
+    await pool.close(500);
+    expect(pool.runningLoops()).toBe(0);
+    stack!.pools = [];
+  }, 30_000);
+});
