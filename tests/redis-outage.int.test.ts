@@ -56,17 +56,21 @@ async function createTask(workers: object[]): Promise<string> {
 
 const WAITER = { role: 'waiter', instructions: 'Wait, then answer. [[scripted:call=wait({"ms":1000})]]', tools: ['wait'] };
 
+/** A task of one worker, the failover while its loop runs, and the task's log once it ended (contiguous). */
+async function waiterThroughFailover(env: Record<string, string> = {}) {
+  await startStack(env);
+  const taskId = await createTask([WAITER]);
+  // Mid-loop: its tool runs, and the loop's next write comes during the outage.
+  await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
+  await failover();
+  const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
+  assertContiguous(events.map((e) => e.seq));
+  return { events, mine: events.filter((e) => e.worker_id === 'waiter-1') };
+}
+
 describe('a Redis outage under a running team task', () => {
   it('the worker mid-loop hands its job back (released, redis_unavailable) and its next attempt completes the task', async () => {
-    await startStack();
-    const taskId = await createTask([WAITER]);
-    // Mid-loop: its tool runs, and the loop's next write comes during the outage.
-    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
-    await failover();
-
-    const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
-    assertContiguous(events.map((e) => e.seq));
-    const mine = events.filter((e) => e.worker_id === 'waiter-1');
+    const { events, mine } = await waiterThroughFailover();
     expect(mine.filter((e) => e.event_type === 'worker_failed')).toEqual([
       expect.objectContaining({ attempt: 1, payload: expect.objectContaining({ reason: 'redis_unavailable', message: expect.stringContaining('READONLY') }) }),
     ]);
@@ -78,14 +82,7 @@ describe('a Redis outage under a running team task', () => {
 
   it('an outage that finds the job once more than its attempts allow fails the worker with reason redis_unavailable, and the task', async () => {
     // One attempt: the first outage is already the last one the job may go through.
-    await startStack({ CADRE_MAX_ATTEMPTS: '1' });
-    const taskId = await createTask([WAITER]);
-    await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
-    await failover();
-
-    const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
-    assertContiguous(events.map((e) => e.seq));
-    const mine = events.filter((e) => e.worker_id === 'waiter-1');
+    const { events, mine } = await waiterThroughFailover({ CADRE_MAX_ATTEMPTS: '1' });
     expect(mine.filter((e) => e.event_type === 'worker_started').map((e) => e.attempt)).toEqual([1]);
     expect(mine.filter((e) => e.event_type === 'worker_failed').map((e) => e.payload)).toEqual([
       expect.objectContaining({ reason: 'redis_unavailable', message: expect.stringContaining('outage 1 of at most 1') }),
@@ -129,8 +126,10 @@ describe('closing a worker pool while Redis is down', () => {
     redis!.kill();
     redisDown = true;
 
+    const closing = Date.now();
     await pool.close(500);
     expect(pool.runningLoops()).toBe(0);
+    process.stderr.write(`pool.close(500) with Redis down: resolved in ${Date.now() - closing} ms\n`);
     stack!.pools = [];
   }, 30_000);
 });
