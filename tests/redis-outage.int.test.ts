@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, type RestartableRedis } from '@cadre/testing';
-import { sessionEvents, sessionEventsWhen } from './support/session-client.ts';
+import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
 /** How long writes are refused, then how long Redis is gone: setup parameters of the outage, not waits for a state. */
@@ -91,23 +91,39 @@ describe('a Redis outage under a running team task', () => {
   }, 90_000);
 });
 
+/** A session turn mid-answer, the failover, and the session's log once `done` holds for it (contiguous). */
+async function turnThroughFailover(done: (events: SessionLogEvent[]) => boolean, env: Record<string, string> = {}): Promise<SessionLogEvent[]> {
+  await startStack(env);
+  const api = httpClient(stack!.url);
+  const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'outage' });
+  const sessionId = created.body.session.session_id;
+  expect((await api.post(`/api/sessions/${sessionId}/messages`, { content: 'Explain slowly [[scripted:words=120]] [[scripted:chunk_delay=50]]' })).status).toBe(202);
+  await sessionEventsWhen(stack!.url, sessionId, (evs) => evs.some((e) => e.event_type === 'text_delta'));
+  await failover();
+  const evs = await sessionEventsWhen(stack!.url, sessionId, done, 60_000);
+  assertContiguous(evs.map((e) => e.seq));
+  return evs;
+}
+
+const turnEnded = (evs: SessionLogEvent[]): boolean => evs.some((e) => e.event_type === 'turn_complete');
+
 describe('a Redis outage under a running session turn', () => {
   it('the turn mid-answer is handed back (attempt_lost, redis_unavailable) and resumes to its end from its last boundary', async () => {
-    await startStack();
-    const api = httpClient(stack!.url);
-    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'outage' });
-    const sessionId = created.body.session.session_id;
-    expect((await api.post(`/api/sessions/${sessionId}/messages`, { content: 'Explain slowly [[scripted:words=120]] [[scripted:chunk_delay=50]]' })).status).toBe(202);
-    await sessionEventsWhen(stack!.url, sessionId, (evs) => evs.some((e) => e.event_type === 'text_delta'));
-    await failover();
-
-    const evs = await sessionEventsWhen(stack!.url, sessionId, (all) => all.some((e) => e.event_type === 'turn_complete'), 60_000);
-    assertContiguous(evs.map((e) => e.seq));
+    const evs = await turnThroughFailover(turnEnded);
     expect(evs.filter((e) => e.event_type === 'attempt_lost').map((e) => e.payload)).toEqual([
       expect.objectContaining({ attempt: 1, reason: 'redis_unavailable' }),
     ]);
     expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn']);
-    expect((await sessionEvents(stack!.url, sessionId)).some((e) => e.event_type === 'session_error')).toBe(false);
+    expect(evs.some((e) => e.event_type === 'session_error')).toBe(false);
+  }, 90_000);
+
+  it('an outage past the attempts ends the turn in a retryable redis_unavailable error', async () => {
+    const evs = await turnThroughFailover(turnEnded, { CADRE_MAX_ATTEMPTS: '1' });
+    expect(evs.some((e) => e.event_type === 'attempt_lost')).toBe(false);
+    expect(evs.filter((e) => e.event_type === 'session_error').map((e) => e.payload)).toEqual([
+      expect.objectContaining({ code: 'redis_unavailable', retryable: true, message: expect.stringContaining('outage 1 of at most 1') }),
+    ]);
+    expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error']);
   }, 90_000);
 });
 

@@ -93,7 +93,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     logger,
     maxAttempts: config.maxAttempts,
     redisWaitMs: config.lockMs,
-    onTurnEnded: (outcome) => sessionTurns.turnEnded({ outcome }),
+    turns: sessionTurns,
   });
 
   // One queue, one pool of slots: team agents and session turns (and tool deadlines) share the concurrency.

@@ -1,6 +1,6 @@
 import { UnrecoverableError, WaitingError, type Job } from 'bullmq';
 import { annotateSpan, type Logger } from '@cadre/observability';
-import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnRunner } from '@cadre/session';
+import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnObserver, type TurnRunner, turnSeconds } from '@cadre/session';
 import { StoreError, isRedisUnavailable, retryWhileUnavailable, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
 import { handJobBack } from './hand-back.ts';
@@ -14,8 +14,8 @@ export interface SessionJobDeps {
   maxAttempts: number;
   /** How long a turn whose write found Redis unavailable waits for it to answer again (the job's lock duration). */
   redisWaitMs: number;
-  /** A turn this processor ended (the outage bound): the worker's session metrics. */
-  onTurnEnded?(outcome: string): void;
+  /** Hears of a turn this processor ends (the outage bound): the worker's session metrics. */
+  turns?: TurnObserver;
 }
 
 export interface SessionJobResult {
@@ -118,7 +118,7 @@ export class SessionJobProcessor {
     const error = { code: 'redis_unavailable', message, retryable: true };
     try {
       const ended = await retryWhileUnavailable(() => this.deps.store.cancelTurn(sessionId, 'error', { error, onlyWake: wake }), { withinMs: waitMs, signal });
-      if (ended) this.deps.onTurnEnded?.('error');
+      if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
     } catch (e) {
       // Not even that could be written: the stall check ends it (as lost) once Redis is back.
       if (isRedisUnavailable(e)) throw new WaitingError();
