@@ -87,8 +87,9 @@ describe('fencing by lease', () => {
     const logged = async (): Promise<string[]> => (await store.readEvents(taskId, 0, 100))!.events.map((e) => `${e.event_type}#${e.attempt}`);
     expect((await store.claimWorker(taskId, 'writer-1', 'A', 'h', phase)).firstPhaseLogged).toBe(true);
     expect(await logged()).toEqual(['task_queued#0', 'worker_started#1', 'worker_phase#1']);
-    // The same lease again (held): nothing new.
-    expect(await store.claimWorker(taskId, 'writer-1', 'A', 'h', phase)).toMatchObject({ kind: 'held', firstPhaseLogged: false });
+    // The same lease again (held: a claim ioredis sent again after a lost reply): nothing new, and the phase its
+    // first run appended is reported, so the loop does not append it twice.
+    expect(await store.claimWorker(taskId, 'writer-1', 'A', 'h', phase)).toMatchObject({ kind: 'held', firstPhaseLogged: true });
     // Parked on an approval, then woken: it resumes its transcript (handed over by the claim) at its tool calls.
     const now = Date.now();
     const ask = {
@@ -98,6 +99,7 @@ describe('fencing by lease', () => {
     const state = { resume: { turns: 1 }, approval_ids: [ask.approval_id] };
     await approvals.park(taskId, 'writer-1', 'A', state, [ask]);
     expect(await store.claimWorker(taskId, 'writer-1', 'B', 'h', phase)).toMatchObject({ kind: 'resumed', parked: state, firstPhaseLogged: false });
+    expect(await store.claimWorker(taskId, 'writer-1', 'B', 'h', phase)).toMatchObject({ kind: 'held', firstPhaseLogged: false });
     // That attempt is lost; the next one is new but resumes the same transcript: no turn 1 to log.
     expect(await store.claimWorker(taskId, 'writer-1', 'C', 'h', phase)).toMatchObject({ kind: 'started', attempt: 2, parked: state, firstPhaseLogged: false });
     expect(await logged()).toEqual([

@@ -31,7 +31,7 @@ export interface ClaimResult {
   team?: WorkerView[];
   /** A worker's claim only: the transcript it saved when it last parked on approvals (it resumes from there). */
   parked?: ParkedState;
-  /** The claim appended the `firstPhase` it was given (a new attempt with nothing parked): turn 1 is logged. */
+  /** Turn 1's `firstPhase` is in the log: appended by this claim (a new attempt with nothing parked), or by the first run of a claim ioredis sent again. */
   firstPhaseLogged: boolean;
 }
 

@@ -41,6 +41,8 @@ export interface WorkerRecord extends WorkerSpec {
   result?: string;
   usage?: TokenUsage;
   failure_reason?: string;
+  /** The attempt whose first worker_phase its claim appended: a replayed claim reports that phase again. */
+  phase_attempt?: number;
 }
 
 /** A worker as users see it (GET /api/tasks/:id, no lease, no instructions). */

@@ -10,7 +10,8 @@
   ARGV[8] a worker's first worker_phase payload JSON, or '': a new attempt with no parked transcript starts its
           loop at turn 1, so its phase is appended here, after worker_started, instead of by a script of its own
   Returns { code, attempt, worker JSON, task context JSON (task_id, workspace_id, goal, mode, team),
-            roster as HGETALL's flat list | parked JSON or false, 1 when ARGV[8]'s phase was appended else 0 }:
+            roster as HGETALL's flat list | parked JSON or false, 1 when ARGV[8]'s phase is in the log (appended by
+            this claim, or by the first run of a replayed one: the worker's phase_attempt) else 0 }:
      1 new attempt started (worker_started appended)    2 resumed after waiting for its children or approvals
      3 this lease already holds the attempt
     ERR.task_not_found   ERR.task_finished   ERR.worker_not_found   ERR.worker_finished
@@ -30,23 +31,26 @@ local taskId, workerId, lease, hostId, maxLen, channel = ARGV[1], ARGV[2], ARGV[
 local w = loadWorker(workerId)
 if not w then return { ERR.worker_not_found, 0 } end
 if w.status == 'completed' or w.status == 'failed' then return { ERR.worker_finished, w.attempt } end
-local function claimed(code)
+-- A worker's parked transcript (false when it never parked, and for the lead, which does not park).
+local function parkedState()
+  if ARGV[7] == '1' then return false end
+  return redis.call('HGET', KEYS[4], workerId)
+end
+local function claimed(code, parked, phaseAppended)
   local context = cjson.encode({ task_id = m[2], workspace_id = m[3], goal = m[4], mode = m[5], team = m[6] })
   if ARGV[7] == '1' then return { code, w.attempt, cjson.encode(w), context, redis.call('HGETALL', rosterKey), 0 } end
-  local parked = redis.call('HGET', KEYS[4], workerId)
-  local phaseAppended = 0
-  if code == 1 and not parked and ARGV[8] ~= '' then
-    appendEvent(taskId, maxLen, channel, 'worker_phase', workerId, w.attempt, ARGV[8])
-    phaseAppended = 1
-  end
   return { code, w.attempt, cjson.encode(w), context, parked, phaseAppended }
 end
-if w.status == 'running' and w.lease == lease then return claimed(3) end
+-- A replay: ioredis sends a command again when the connection that carried it dropped before the reply, so the
+-- script may already have run for this lease. The phase that first run appended is reported again, or the loop
+-- would append it a second time.
+if w.status == 'running' and w.lease == lease then return claimed(3, parkedState(), w.phase_attempt == w.attempt and 1 or 0) end
 
 if w.status == 'waiting' then
-  w.status, w.lease = 'running', lease
+  -- The first phase a replay of this claim reports: none, as this claim appends none.
+  w.status, w.lease, w.phase_attempt = 'running', lease, nil
   saveWorker(w)
-  return claimed(2)
+  return claimed(2, parkedState(), 0)
 end
 
 if w.status == 'running' then
@@ -57,10 +61,14 @@ end
 
 w.attempt = (w.attempt or 0) + 1
 w.status, w.lease, w.host_id = 'running', lease, hostId
+local parked = parkedState()
+local logsPhase = ARGV[7] ~= '1' and not parked and ARGV[8] ~= ''
+if logsPhase then w.phase_attempt = w.attempt end
 saveWorker(w)
 appendEvent(taskId, maxLen, channel, 'worker_started', workerId, w.attempt, cjson.encode({ host_id = hostId, role = w.role }))
+if logsPhase then appendEvent(taskId, maxLen, channel, 'worker_phase', workerId, w.attempt, ARGV[8]) end
 if taskStatus == 'queued' then
   local now = nowMs()
   redis.call('HSET', metaKey, 'status', 'running', 'started_at', now, 'updated_at', now)
 end
-return claimed(1)
+return claimed(1, parked, logsPhase and 1 or 0)
