@@ -31,7 +31,10 @@ export interface ClaimResult {
   team?: WorkerView[];
   /** A worker's claim only: the transcript it saved when it last parked on approvals (it resumes from there). */
   parked?: ParkedState;
-  /** Turn 1's `firstPhase` is in the log: appended by this claim (a new attempt with nothing parked), or by the first run of a claim ioredis sent again. */
+  /**
+   * Turn 1's `firstPhase` is in the log: appended by this claim (a new attempt with nothing parked), or by the
+   * first run of a claim ioredis sent again.
+   */
   firstPhaseLogged: boolean;
 }
 
