@@ -6,7 +6,7 @@ export * from './team-events.ts';
 export * from './session-events.ts';
 export * from './run-types.ts';
 export { canonicalUuid, isUuid } from './ids.ts';
-export { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
+export { encodeProtoTeamEvent, rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 
 /** buf's compiled FileDescriptorSet of proto/ (npm run proto:gen), which gRPC reflection serves. */
 export const DESCRIPTOR_SET_PATH = fileURLToPath(new URL('../descriptors/roz.binpb', import.meta.url));

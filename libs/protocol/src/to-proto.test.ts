@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { TeamEvent as TeamEventProto } from './gen/roz/v1/agent.ts';
 import type { TeamEvent, TeamEventPayloads, TeamEventType } from './team-events.ts';
 import { TEAM_EVENT_TYPES, WORKER_PHASES } from './team-events.ts';
-import { rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
+import { encodeProtoTeamEvent, rozPhaseNumber, toProtoTeamEvent } from './to-proto.ts';
 
 const usage = { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 };
 const protoUsage = { promptTokens: 10, completionTokens: 5, totalTokens: 15 };
@@ -107,5 +107,15 @@ describe('toProtoTeamEvent', () => {
       ['synthesizing', 2],
     ]);
     expect(rozPhaseNumber('a phase from a newer version')).toBe(0);
+  });
+});
+
+describe('encodeProtoTeamEvent', () => {
+  // The bytes of every event stay as they were while later events (smaller, larger, outsized) are encoded.
+  it('gives each event bytes of its own that later encodings do not overwrite', () => {
+    const toolCall = (bytes: number): TeamEvent => logged('worker_tool_call', { tool: 'bench', call_id: `c${bytes}`, arguments: JSON.stringify({ blob: 'x'.repeat(bytes) }) });
+    const events = [...cases.map((c) => c.event), toolCall(1_024), toolCall(10), toolCall(200_000), toolCall(1_024), cases[0]!.event];
+    const encoded = events.map((event) => encodeProtoTeamEvent('task-1', event));
+    expect(encoded.map((bytes) => TeamEventProto.decode(bytes))).toEqual(events.map((event) => toProtoTeamEvent('task-1', event)));
   });
 });

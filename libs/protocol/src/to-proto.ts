@@ -1,6 +1,7 @@
 // Maps a logged team event (the HTTP/SSE shape) to the roz.v1.TeamEvent gRPC message, so WatchTeam
 // serves the same events with the same seq as the other readers.
-import type { TeamEvent as TeamEventProto, TokenUsage as TokenUsageProto } from './gen/roz/v1/agent.ts';
+import { BinaryWriter } from '@bufbuild/protobuf/wire';
+import { TeamEvent as TeamEventProto, type TokenUsage as TokenUsageProto } from './gen/roz/v1/agent.ts';
 import { WORKER_PHASES, type TeamEvent, type TokenUsage } from './team-events.ts';
 
 export function toProtoTeamEvent(taskId: string, e: TeamEvent): TeamEventProto {
@@ -16,6 +17,21 @@ export function toProtoTeamEvent(taskId: string, e: TeamEvent): TeamEventProto {
     eventType: e.event_type,
   };
 }
+
+/** The roz.v1.TeamEvent wire bytes of a logged event: what WatchTeam writes (once per event, for every watcher). */
+export function encodeProtoTeamEvent(taskId: string, e: TeamEvent): Buffer {
+  const bytes = TeamEventProto.encode(toProtoTeamEvent(taskId, e), writer).finish();
+  if (bytes.byteLength > KEPT_WRITER_BYTES) writer = new BinaryWriter();
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+// One writer for every event (encoding is synchronous). A new writer per event grows its buffer from 128 bytes
+// by doubling (five allocations and copies for a 1 KB tool call) before finish() copies the bytes out, and
+// Buffer.from(Uint8Array) copied them once more: under a burst, garbage the gateway's heap grew for. finish()
+// hands out an exact copy (so a buffer given out is never overwritten), wrapped without another. A writer left
+// with a large buffer by an outsized event is replaced, so the one kept stays small.
+const KEPT_WRITER_BYTES = 64 * 1024;
+let writer = new BinaryWriter();
 
 function toProtoVariant(e: TeamEvent): TeamEventProto['event'] {
   // Task events have no worker; roz's worker variants need one, so '' stands for "none" on the wire.

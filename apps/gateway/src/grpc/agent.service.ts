@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '@cadre/observability';
-import { AgentServiceService, TeamEventProto, toProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
+import { AgentServiceService, encodeProtoTeamEvent, type TeamEvent, type WatchTeamRequest } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
 import { taskIdFrom, type TaskService } from '../tasks/task-service.ts';
@@ -27,7 +27,7 @@ const encoded = new WeakMap<TeamEvent, Buffer>();
 function encodeOnce(taskId: string, event: TeamEvent): Buffer {
   let bytes = encoded.get(event);
   if (!bytes) {
-    bytes = Buffer.from(TeamEventProto.encode(toProtoTeamEvent(taskId, event)).finish());
+    bytes = encodeProtoTeamEvent(taskId, event);
     encoded.set(event, bytes);
   }
   return bytes;
