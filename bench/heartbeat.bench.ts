@@ -6,7 +6,7 @@
 // long stop-all takes over 1,000 active runs.
 //   npm exec -- node bench/heartbeat.bench.ts
 //   npm exec -- node bench/heartbeat.bench.ts --max-semi-space-size=2   # extra args go to the gateway's node
-import { profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
+import { GATEWAY_NODE_ARGS, profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
 import { loadText } from './support/machine.ts';
 import { spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round } from './support/redis-stats.ts';
@@ -112,7 +112,7 @@ try {
   note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms; per round ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
   note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s); ${loadText()}`);
   saveResults('heartbeat', {
-    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, half_rate: halfRate, closed, open,
+    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, gateway_shipped_node_args: GATEWAY_NODE_ARGS, half_rate: halfRate, closed, open,
     summary: {
       cadre_per_s: cRates, fixed_json_per_s: fRates, throughput_ratio: ratios.map((x) => round(x, 2)),
       cadre_p99_ms: p99('cadre'), fixed_json_p99_ms: p99('fixed_json'), p99_ratio: p99Ratios.map((x) => round(x, 1)),

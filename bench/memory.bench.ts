@@ -7,7 +7,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { TaskStore } from '@cadre/store';
 import {
-  benchStore, closeChannels, createLiveTask, finishLiveTask, grpcChannels, newPrefix, openWatch, spawnGateway, startPrivateRedis,
+  benchStore, closeChannels, createLiveTask, finishLiveTask, GATEWAY_NODE_ARGS, grpcChannels, newPrefix, openWatch, spawnGateway, startPrivateRedis,
   type GatewayProcess, type LiveTask, type Watch,
 } from './support/harness.ts';
 import { paced, sleep, until } from './support/latency.ts';
@@ -157,7 +157,7 @@ async function stalledWatcher(gateway: GatewayProcess, store: TaskStore) {
 async function main(): Promise<void> {
   const redis = await startPrivateRedis();
   const prefix = newPrefix();
-  // Arguments to this script go to the gateway's node (e.g. --max-semi-space-size=8).
+  // Arguments to this script go to the gateway's node after the flags it ships with (e.g. --max-semi-space-size=8).
   const nodeArgs = process.argv.slice(2);
   // --trace-gc tells live heap (after each full GC) from heap V8 keeps committed, which RSS cannot.
   const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: prefix, CADRE_WATCHER_BUFFER: String(WATCHER_BUFFER) }, ['--trace-gc', ...nodeArgs]);
@@ -195,7 +195,7 @@ async function main(): Promise<void> {
     for (const w of held.watches) w.call.cancel();
     closeChannels(held.clients);
 
-    printTable(`Memory: one gateway process (child, node --trace-gc${nodeArgs.length ? ` ${nodeArgs.join(' ')}` : ''}), RSS from /proc`, [
+    printTable(`Memory: one gateway process (child, node --trace-gc ${[...GATEWAY_NODE_ARGS, ...nodeArgs].join(' ')}), RSS from /proc`, [
       ['measure', 'value'],
       ['RSS idle (after one warm-up watch), MB', idle],
       [`RSS holding ${streams} WatchTeam streams (${TASKS} live tasks × ${WATCHERS_PER_TASK}), MB`, holding],
@@ -214,7 +214,7 @@ async function main(): Promise<void> {
     note(`goal: < 256 MB with ${streams} streams → ${holding} MB; stalled-watcher burst peak ${stall.rss_peak_mb} MB (goal < 256 MB); ${loadText()}.`);
     note(` Burst peak growth: reading +${round(control.rss_peak_mb - control.rss_before_mb, 1)} MB, stalled +${round(stall.rss_peak_mb - stall.rss_before_mb, 1)} MB.`);
     saveResults('memory', {
-      gateway_node_args: nodeArgs, tasks: TASKS, watchers_per_task: WATCHERS_PER_TASK, grpc_channels: CHANNELS, watcher_buffer: WATCHER_BUFFER,
+      gateway_node_args: nodeArgs, gateway_shipped_node_args: GATEWAY_NODE_ARGS, tasks: TASKS, watchers_per_task: WATCHERS_PER_TASK, grpc_channels: CHANNELS, watcher_buffer: WATCHER_BUFFER,
       rss_idle_mb: idle, rss_holding_mb: holding, streams, per_stream_kb: round(((holding - idle) * 1024) / streams, 1),
       open_seconds: round(openSeconds, 1), gateway_watchers: m.cadre_grpc_watchers, heap, burst: { events: STALL_EVENTS, payload_bytes: STALL_PAYLOAD_BYTES, rate: STALL_RATE, unbounded_buffer_mb: unbounded }, reading: control, stalled: stall, peak_rss_mb: peakMb,
     });

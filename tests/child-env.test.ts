@@ -1,8 +1,9 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { gatewayConfig } from '../apps/gateway/src/config.ts';
 import { workerConfig } from '../apps/worker/src/config.ts';
 import { vmAgentConfig } from '../apps/vm-agent/src/config.ts';
-import { CHILD_ENV_ALLOW_LIST, childEnv, type ChildRole } from '../apps/stack/src/child-env.ts';
+import { CHILD_ENV_ALLOW_LIST, CHILD_NODE_ARGS, childEnv, type ChildRole } from '../apps/stack/src/child-env.ts';
 
 /** The names a config function reads, recorded through a proxy environment. */
 function namesRead(read: (env: Record<string, string | undefined>) => unknown): string[] {
@@ -31,5 +32,23 @@ describe("npm start's child environments", () => {
     expect(Object.keys(childEnv('worker', env)).sort()).toEqual(['OPENAI_API_KEY', 'OTEL_SERVICE_NAME', 'PATH', 'REDIS_URL']);
     expect(Object.keys(childEnv('gateway', env)).sort()).toEqual(['CADRE_API_KEY', 'CADRE_API_KEYS', 'OTEL_SERVICE_NAME', 'PATH', 'REDIS_URL', 'RUNS_API_KEY', 'RUNS_CONTROL_API_KEY']);
     expect(CHILD_ENV_ALLOW_LIST['vm-agent']).not.toContain('REDIS_URL');
+  });
+});
+
+describe("the gateway's V8 flags", () => {
+  const repoFile = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
+  const flags = CHILD_NODE_ARGS.gateway;
+
+  it('cap its young generation', () => {
+    expect(flags).toContainEqual(expect.stringMatching(/^--max-semi-space-size=\d+$/));
+  });
+
+  // npm start passes CHILD_NODE_ARGS itself and the benches import them; these two spell them out.
+  it('are the same for `npm run gateway` and the container image as for npm start', () => {
+    const scripts = (JSON.parse(repoFile('package.json')) as { scripts: Record<string, string> }).scripts;
+    expect(scripts.gateway).toBe(['node', ...flags, 'apps/gateway/src/main.ts'].join(' '));
+    const gatewayStage = repoFile('deploy/Dockerfile').split(/^FROM runtime AS gateway$/m)[1]!;
+    const cmd = /^CMD (\[.*\])$/m.exec(gatewayStage)?.[1];
+    expect(JSON.parse(cmd ?? 'null')).toEqual(['node', ...flags, 'apps/gateway/src/main.ts']);
   });
 });

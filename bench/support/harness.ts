@@ -10,6 +10,7 @@ import { AgentServiceClient, type TeamEventProto } from '@cadre/protocol';
 import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
 import { sleep, until } from './latency.ts';
 import { spawnNode, type Message, type NodeChild } from './procs.ts';
+import { CHILD_NODE_ARGS } from '../../apps/stack/src/child-env.ts';
 
 export const BENCH_API_KEY = 'bench-key-all-workspaces';
 export { REPO } from './procs.ts';
@@ -132,10 +133,16 @@ export async function readProbe(child: NodeChild): Promise<ProbeReport> {
 }
 
 /** `nodeArgs` go before the script (e.g. --trace-gc). The probe is always loaded. */
+/**
+ * The V8 flags the gateway ships with (as `npm start`, `npm run gateway` and the image start it); a bench's own
+ * `nodeArgs` come after them, and for V8 the last of a flag wins, so an experiment can override one.
+ */
+export const GATEWAY_NODE_ARGS: readonly string[] = CHILD_NODE_ARGS.gateway;
+
 export async function spawnGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<GatewayProcess> {
   const port = await findFreePort('127.0.0.1');
   const child = spawnNode('apps/gateway/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('gateway'), ...nodeArgs],
+    nodeArgs: ['--import', PROBE, ...profileArgs('gateway'), ...GATEWAY_NODE_ARGS, ...nodeArgs],
     env: { LOG_LEVEL: 'warn', CADRE_API_KEY: BENCH_API_KEY, HOST: '127.0.0.1', PORT: String(port), CADRE_SHUTDOWN_GRACE_MS: '500', ...env },
   });
   const fullGcs: { liveMb: number; committedMb: number }[] = [];

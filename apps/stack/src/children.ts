@@ -7,6 +7,8 @@ export interface ChildSpec {
   name: string;
   /** The .ts entry point, relative to `cwd`; run with this process's own Node (type stripping). */
   entry: string;
+  /** Flags for its node, before the entry point (e.g. V8's heap limits). */
+  nodeArgs?: readonly string[];
   cwd: string;
   env: Record<string, string | undefined>;
   /** Width the name is padded to, so the `|` columns line up. */
@@ -35,7 +37,7 @@ export class ServiceProcess {
     const prefix = `${spec.name.padEnd(spec.nameWidth ?? 0)} | `;
     // Own process group: a Ctrl-C in the terminal reaches only the stack, which then stops the children in order
     // (they drain while Redis is still up) instead of every process at once.
-    this.child = spawn(process.execPath, [spec.entry], {
+    this.child = spawn(process.execPath, [...(spec.nodeArgs ?? []), spec.entry], {
       cwd: spec.cwd,
       env: spec.env,
       stdio: ['ignore', 'pipe', 'pipe'],

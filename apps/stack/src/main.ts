@@ -12,7 +12,7 @@ import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
 import { renderBanner } from './banner.ts';
 import { ServiceProcess, killAll, stopAll } from './children.ts';
-import { childEnv } from './child-env.ts';
+import { CHILD_NODE_ARGS, childEnv } from './child-env.ts';
 import { REPO_ROOT, stackConfig, type StackConfig } from './config.ts';
 import { loadOrCreateDevApiKey } from './dev-api-key.ts';
 import { loopbackFor, portUnavailable, waitForReady } from './readiness.ts';
@@ -71,8 +71,8 @@ class Stack {
     return kept;
   }
 
-  spawn(name: string, entry: string, env: Record<string, string | undefined>): ServiceProcess {
-    const child = new ServiceProcess({ name, entry, env, cwd: REPO_ROOT, nameWidth: this.nameWidth, formatLine: this.formatLine });
+  spawn(name: string, entry: string, env: Record<string, string | undefined>, nodeArgs: readonly string[]): ServiceProcess {
+    const child = new ServiceProcess({ name, entry, nodeArgs, env, cwd: REPO_ROOT, nameWidth: this.nameWidth, formatLine: this.formatLine });
     this.children.push(child);
     this.say(`started ${name} (pid ${child.pid})`);
     void child.exited.then(({ code, signal }) => {
@@ -199,8 +199,8 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
     // kontekst GetStatus shows it.
     CADRE_DATA_DIR: config.dataDir,
   };
-  stack.spawn('gateway', 'apps/gateway/src/main.ts', childEnv('gateway', env));
-  for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', childEnv('worker', env));
+  stack.spawn('gateway', 'apps/gateway/src/main.ts', childEnv('gateway', env), CHILD_NODE_ARGS.gateway);
+  for (let i = 1; i <= config.workers; i++) stack.spawn(`worker-${i}`, 'apps/worker/src/main.ts', childEnv('worker', env), CHILD_NODE_ARGS.worker);
   const readyz = `http://${loopbackFor(config.host)}:${config.port}/readyz`;
   const outcome = await waitForReady(readyz, config.readyTimeoutMs, stack.startup.signal);
   if (outcome === 'aborted') return;
@@ -220,7 +220,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
       VM_AGENT_WORKER_ID: `${env.VM_AGENT_WORKER_ID ?? hostname()}-${i}`,
       // No VM_AGENT_WORKDIR (unless set for the stack): each agent makes a temp dir of its own, outside the data
       // dir, so a run's shell neither finds the dev keys nor shares files with another checkout's agents.
-    }));
+    }), CHILD_NODE_ARGS['vm-agent']);
   }
 
   // Where the `cadre` CLI finds this stack (with the dev keys beside it) when CADRE_URL is not set.
