@@ -7,6 +7,7 @@ import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, Appr
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
+import { SHUTDOWN_HAND_BACK_MS } from './processors/hand-back.ts';
 import type { RedisTarget } from '@cadre/config';
 import type { WorkerConfig } from './config.ts';
 
@@ -26,7 +27,7 @@ export interface WorkerPool {
  * close() cuts the connections. close() resolves within graceMs + CLOSE_HAND_BACK_MS + CLOSE_CUT_MS (6 s past the
  * grace period) whatever Redis does.
  */
-export const CLOSE_HAND_BACK_MS = 5_000;
+export const CLOSE_HAND_BACK_MS = SHUTDOWN_HAND_BACK_MS;
 /** After the cut, how long the worker gets to see its commands rejected and end its loops (they do at once). */
 const CLOSE_CUT_MS = 1_000;
 

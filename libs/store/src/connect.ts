@@ -105,6 +105,7 @@ const UNAVAILABLE_SOCKET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '
  */
 export function isRedisUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
+  if (err instanceof RedisNoAnswerError) return true;
   if (UNAVAILABLE_SOCKET.has((err as NodeJS.ErrnoException).code ?? '')) return true;
   if (UNAVAILABLE_REPLY.test(err.message) || UNAVAILABLE_CLIENT.test(err.message)) return true;
   const previous = (err as { previousErrors?: unknown[] }).previousErrors;
@@ -112,23 +113,63 @@ export function isRedisUnavailable(err: unknown): boolean {
 }
 
 /**
+ * Redis did not answer a command in the time its caller could wait. On one node a command sent while Redis is down
+ * is not rejected (`maxRetriesPerRequest: null`): it waits in the client's queue until Redis is back, so a caller
+ * with a deadline stops waiting with this error. It counts as unavailable; the command itself may still run later.
+ */
+export class RedisNoAnswerError extends Error {
+  constructor(ms: number) {
+    super(`Redis did not answer within ${ms} ms`);
+    this.name = 'RedisNoAnswerError';
+  }
+}
+
+/**
  * Runs `op` until it is answered or fails for another reason than Redis being unavailable: while Redis cannot answer,
- * tries again every `everyMs` for up to `withinMs` (0: one try), or until `signal` aborts. Rejects with the last
- * error when it gives up. On one node a command waits out a reconnect by itself (`maxRetriesPerRequest: null`);
- * what comes back as unavailable is a reply (READONLY from a demoted master, LOADING) or a Cluster client's spent
- * retries, and those end when the failover does.
+ * tries again every `everyMs`, for `withinMs` in all, or until `signal` aborts. Each try is bounded by the time left
+ * (a try with no answer by then ends in a RedisNoAnswerError), so the bound holds on one node too, where a command
+ * waits for a dead Redis rather than fail. Rejects with the last error when it gives up. A try given up on may still
+ * run once Redis is back: callers' writes must be fenced (by a lease, a lock) against that.
  */
 export async function retryWhileUnavailable<T>(op: () => Promise<T>, opts: { withinMs: number; everyMs?: number; signal?: AbortSignal }): Promise<T> {
   const giveUpAt = Date.now() + opts.withinMs;
   const everyMs = opts.everyMs ?? 250;
   for (;;) {
     try {
-      return await op();
+      return await answeredBy(op(), giveUpAt, opts.signal);
     } catch (err) {
       if (!isRedisUnavailable(err) || opts.signal?.aborted || Date.now() + everyMs > giveUpAt) throw err;
       await sleep(everyMs, undefined, { signal: opts.signal }).catch(() => undefined);
     }
   }
+}
+
+/** `pending`'s outcome if it comes by `giveUpAt` and before `signal` aborts, else a RedisNoAnswerError. */
+function answeredBy<T>(pending: Promise<T>, giveUpAt: number, signal?: AbortSignal): Promise<T> {
+  const waitMs = Math.max(0, giveUpAt - Date.now());
+  return new Promise<T>((resolve, reject) => {
+    const noAnswer = (): void => {
+      settle();
+      reject(new RedisNoAnswerError(waitMs));
+    };
+    const timer = setTimeout(noAnswer, waitMs);
+    const settle = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', noAnswer);
+    };
+    if (signal?.aborted) noAnswer();
+    else signal?.addEventListener('abort', noAnswer, { once: true });
+    pending.then(
+      (value) => {
+        settle();
+        resolve(value);
+      },
+      (err: unknown) => {
+        settle();
+        reject(err);
+      },
+    );
+  });
 }
 
 /** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */

@@ -22,7 +22,7 @@ import {
   type WorkerView,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { handJobBack } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack } from './hand-back.ts';
 import { spawnWorkerTool } from './spawn-worker.tool.ts';
 
 export interface AgentJobDeps {
@@ -338,9 +338,9 @@ export class AgentJobProcessor {
       throw new Error('lock lost');
     }
     if (cause === 'shutdown') {
-      // Hand the job back: the next attempt starts on another worker. The drain deadline has passed: no waiting.
+      // Hand the job back: the next attempt starts on another worker. The drain deadline has passed: Redis gets SHUTDOWN_HAND_BACK_MS.
       const released = { outcome: 'released', reason: 'worker_shutdown', message: `host ${this.deps.hostId} shut down` } as const;
-      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), waitMs: 0, log });
+      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), waitMs: SHUTDOWN_HAND_BACK_MS, log });
     }
     if (isRedisUnavailable(err)) return this.rideOutOutage(err as Error, job, lease, ac.signal, log);
     log.error({ err }, 'agent job failed');

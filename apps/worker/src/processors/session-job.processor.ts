@@ -3,7 +3,7 @@ import { annotateSpan, type Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnObserver, type TurnRunner, turnSeconds } from '@cadre/session';
 import { StoreError, isRedisUnavailable, retryWhileUnavailable, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { handJobBack } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack } from './hand-back.ts';
 
 export interface SessionJobDeps {
   runner: TurnRunner;
@@ -83,7 +83,7 @@ export class SessionJobProcessor {
       if (cause === 'shutdown') {
         // Hand the turn back: it resumes on another worker from its last boundary. The drain deadline has passed.
         const why = { reason: 'worker_shutdown', message: 'the worker running this turn shut down; the turn resumes on another worker from its last boundary' } as const;
-        return handJobBack(job, token, { record: () => this.deps.runner.release(sessionId, token, turn.attempt, why), waitMs: 0, log });
+        return handJobBack(job, token, { record: () => this.deps.runner.release(sessionId, token, turn.attempt, why), waitMs: SHUTDOWN_HAND_BACK_MS, log });
       }
       if (cause === 'cancelled' || (err instanceof StoreError && err.code === 'lease_lost')) {
         // The cancel (or a newer attempt) already wrote the turn's end; nothing of ours may be written.
