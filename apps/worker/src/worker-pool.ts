@@ -3,7 +3,7 @@ import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, turnSeconds, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
-import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended, type AgentJobData } from '@cadre/store';
+import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
@@ -17,9 +17,10 @@ export interface WorkerPool {
   runningLoops(): number;
   /**
    * Stop taking jobs; let running ones finish for `graceMs`, then hand them back and exit. Resolves within
-   * graceMs + 6 s even when Redis never answers (the connections are then cut; see CLOSE_HAND_BACK_MS).
+   * graceMs + 6 s even when Redis never answers (the connections are then ended; see CLOSE_HAND_BACK_MS), saying
+   * whether BullMQ's worker closed (false: it was still waiting when the bound ran out, and is left behind).
    */
-  close(graceMs?: number): Promise<void>;
+  close(graceMs?: number): Promise<{ workerClosed: boolean }>;
 }
 
 /**
@@ -28,7 +29,7 @@ export interface WorkerPool {
  * grace period) whatever Redis does.
  */
 export const CLOSE_HAND_BACK_MS = SHUTDOWN_HAND_BACK_MS;
-/** After the cut, how long the worker gets to see its commands rejected and end its loops (they do at once). */
+/** After the cut, how long the worker gets to see its commands rejected and close (it does at once). */
 const CLOSE_CUT_MS = 1_000;
 
 type PoolConfig = WorkerConfig & { redis: RedisTarget; openaiBaseUrl: string; openaiApiKey: string };
@@ -156,16 +157,18 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
         handedBack.inc(processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
       }, graceMs);
       const closing = worker.close();
+      let workerClosed = true;
       const cutAt = Date.now() + graceMs + CLOSE_HAND_BACK_MS;
       if (!(await settlesWithin(closing, cutAt - Date.now()))) {
-        // Redis does not answer: a command waits for it without end (maxRetriesPerRequest: null), and so do the
-        // aborted loops' hand-backs, BullMQ's moves of the jobs they ended and its fetch, and with them
-        // worker.close(). Cutting the connections rejects every such command at once: each loop ends (its job, not
-        // moved, is retaken by the stall check once its lock expires) and the worker closes.
-        logger.warn({ graceMs, handBackMs: CLOSE_HAND_BACK_MS }, 'Redis did not answer while closing: disconnecting');
-        redis.disconnect();
-        subscriber.disconnect();
-        await settlesWithin(closing, CLOSE_CUT_MS);
+        // Redis does not answer: a command waits for it without end (maxRetriesPerRequest: null), and so do BullMQ's
+        // moves of the jobs the loops ended, its wait for its blocking connection to end, and with them
+        // worker.close(). Ending the connections rejects every such command: the worker closes (the jobs it could
+        // not move are retaken by the stall check once their locks expire).
+        logger.warn({ graceMs, handBackMs: CLOSE_HAND_BACK_MS }, 'Redis did not answer while closing: ending the connections');
+        // BullMQ's blocking connection: its duplicate of `redis` (the same kind), set up before waitUntilReady resolved.
+        const blocking = worker.backend.blockingClient as Promise<RedisClient> | undefined;
+        await Promise.all([redis, subscriber, blocking].map(async (client) => client && endConnection(await client)));
+        workerClosed = await settlesWithin(closing, CLOSE_CUT_MS);
       }
       clearTimeout(deadline);
       cancels.stop();
@@ -175,6 +178,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       await Promise.all([subscriber, redis].map(async (client) => {
         if (!(await settlesWithin(client.quit(), Math.max(0, cutAt - Date.now())))) client.disconnect();
       }));
+      return { workerClosed };
     },
   };
 }

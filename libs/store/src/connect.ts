@@ -113,6 +113,20 @@ export function isRedisUnavailable(err: unknown): boolean {
 }
 
 /**
+ * Ends a connection now and rejects the commands waiting on it ("Connection is closed"). disconnect() alone does not
+ * while ioredis waits to reconnect (the state it is in nearly all the time when Redis refuses connections): the
+ * socket already closed, so no close event runs the handler that flushes the queues, and the status stays
+ * `reconnecting`. One more connect attempt, after disconnect() marked the close as ours, fails and runs that handler,
+ * which then ends the client. Verified on one node (Sentinel's client is the same kind); a Cluster client only gets
+ * disconnect(), not verified.
+ */
+export function endConnection(client: RedisClient): void {
+  const waitingToReconnect = !client.isCluster && client.status === 'reconnecting';
+  client.disconnect();
+  if (waitingToReconnect) client.connect().catch(() => undefined);
+}
+
+/**
  * Redis did not answer a command in the time its caller could wait. On one node a command sent while Redis is down
  * is not rejected (`maxRetriesPerRequest: null`): it waits in the client's queue until Redis is back, so a caller
  * with a deadline stops waiting with this error. It counts as unavailable; the command itself may still run later.
