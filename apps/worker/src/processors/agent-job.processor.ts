@@ -8,7 +8,6 @@ import {
   StoreError,
   evaluatePolicy,
   isRedisUnavailable,
-  retryWhileUnavailable,
   newApprovalId,
   type ApprovalRecord,
   type ApprovalRule,
@@ -22,7 +21,7 @@ import {
   type WorkerView,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { SHUTDOWN_HAND_BACK_MS, handJobBack } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage } from './hand-back.ts';
 import { spawnWorkerTool } from './spawn-worker.tool.ts';
 
 export interface AgentJobDeps {
@@ -351,32 +350,15 @@ export class AgentJobProcessor {
     throw new UnrecoverableError(`internal_error: ${err instanceof Error ? err.message : String(err)}`);
   }
 
-  /**
-   * A write of the loop found Redis unavailable (down, failing over, the client's retries spent): not a verdict on
-   * the job. Once Redis answers again the job is handed back as on shutdown (`released`, reason `redis_unavailable`)
-   * and the next attempt starts over; the outage that finds the job for the maxAttempts-th time fails it, and the
-   * lead's task, honestly with that reason.
-   */
-  private async rideOutOutage(err: Error, job: Job<AgentJobData>, lease: string, signal: AbortSignal, log: Logger): Promise<never> {
+  /** The loop's write found Redis unavailable: see rideOutOutage; a lead that gives up fails its task with it. */
+  private rideOutOutage(err: Error, job: Job<AgentJobData>, lease: string, signal: AbortSignal, log: Logger): Promise<never> {
     const { taskId, workerId } = job.data;
-    const outages = (job.data.outages ?? 0) + 1;
-    const message = `Redis was unavailable to host ${this.deps.hostId} (${err.message.split('\n')[0]}); outage ${outages} of at most ${this.deps.maxAttempts}`;
-    log.warn({ err, outages }, 'agent stopped: Redis unavailable');
-    const waitMs = this.deps.redisWaitMs;
-    if (outages < this.deps.maxAttempts) {
-      const released = { outcome: 'released', reason: 'redis_unavailable', message } as const;
-      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), data: { outages }, waitMs, signal, log });
-    }
-    const failed = { outcome: 'failed', reason: 'redis_unavailable', message } as const;
-    const task = workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead failed: redis_unavailable: ${message}` } as const : undefined;
-    try {
-      await retryWhileUnavailable(() => this.deps.store.finishWorker(taskId, workerId, lease, failed, task), { withinMs: waitMs, signal });
-    } catch (e) {
-      // Not even that could be written: the stall check ends it (as lost) once Redis is back.
-      if (isRedisUnavailable(e)) throw new WaitingError();
-      if (!(e instanceof StoreError)) throw e;
-    }
-    throw new UnrecoverableError(`redis_unavailable: ${message}`);
+    const task = (message: string) => (workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead failed: redis_unavailable: ${message}` } as const : undefined);
+    return rideOutOutage(job, lease, {
+      err, where: `to host ${this.deps.hostId}`, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log,
+      release: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'released', reason: 'redis_unavailable', message }),
+      giveUp: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'failed', reason: 'redis_unavailable', message }, task(message)),
+    });
   }
 }
 

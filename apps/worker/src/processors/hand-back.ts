@@ -1,9 +1,12 @@
-import { WaitingError, type Job } from 'bullmq';
+import { UnrecoverableError, WaitingError, type Job } from 'bullmq';
 import type { Logger } from '@cadre/observability';
-import { isRedisUnavailable, retryWhileUnavailable } from '@cadre/store';
+import { StoreError, isRedisUnavailable, retryWhileUnavailable } from '@cadre/store';
 
 export interface HandBack<D> {
-  /** Writes the attempt's end into its log (fenced by the lease); a refusal (lease lost, owner ended) is not fatal. */
+  /**
+   * Writes the attempt's end into its log (fenced by the lease). A refusal (a StoreError: lease lost, owner ended)
+   * is not fatal; any other failure is logged and the job still goes back.
+   */
   record?: () => Promise<unknown>;
   /** Job data the next attempt reads (e.g. how many outages the job has been through). */
   data?: Partial<D>;
@@ -34,6 +37,7 @@ export async function handJobBack<D>(job: Job<D>, lease: string, how: HandBack<D
     if (how.record) {
       await retryWhileUnavailable(how.record, wait()).catch((err: unknown) => {
         if (isRedisUnavailable(err)) throw err;
+        if (!(err instanceof StoreError)) how.log.warn({ err }, 'could not record the attempt\'s end; handing the job back all the same');
       });
     }
     if (how.data) await retryWhileUnavailable(() => job.updateData({ ...job.data, ...how.data }), wait());
@@ -43,4 +47,46 @@ export async function handJobBack<D>(job: Job<D>, lease: string, how: HandBack<D
     how.log.warn({ err }, 'Redis did not answer in time to hand the job back: the stall check retakes it once its lock expires');
   }
   throw new WaitingError();
+}
+
+export interface OutageRide {
+  /** The write's failure that found Redis unavailable. */
+  err: Error;
+  /** Who met the outage, for the message (e.g. "to host w-1"); none: the message says only what happened. */
+  where?: string;
+  /** The outage that finds the job for this many times ends it. */
+  maxAttempts: number;
+  /** How long the writes wait for Redis to answer again (the job's lock duration: past it the lease is gone). */
+  waitMs: number;
+  signal: AbortSignal;
+  log: Logger;
+  /** Records the attempt's end as handed back (released / attempt_lost, reason redis_unavailable). */
+  release: (message: string) => Promise<unknown>;
+  /** Records the job's end at the bound (worker_failed / the turn's session_error, reason redis_unavailable). */
+  giveUp: (message: string) => Promise<unknown>;
+}
+
+/**
+ * A write of a loop found Redis unavailable (down, failing over, the client's retries spent): not a verdict on the
+ * job. Once Redis answers again the job is handed back (`release`) and the next attempt starts over, counting the
+ * outage in its job data; the outage that finds the job for the maxAttempts-th time ends it honestly (`giveUp`) and
+ * fails the job for good. If even that cannot be written, the stall check ends it once Redis is back. A refusal of
+ * the give-up write (a StoreError: the lease is lost, the owner already ended) means the end is someone else's to
+ * write and already written: the job still fails for good with its reason, rather than as a plain store error.
+ */
+export async function rideOutOutage<D extends { outages?: number }>(job: Job<D>, lease: string, ride: OutageRide): Promise<never> {
+  const outages = (job.data.outages ?? 0) + 1;
+  const message = `Redis was unavailable${ride.where ? ` ${ride.where}` : ''} (${ride.err.message.split('\n')[0]}); outage ${outages} of at most ${ride.maxAttempts}`;
+  ride.log.warn({ err: ride.err, outages }, 'loop stopped: Redis unavailable');
+  if (outages < ride.maxAttempts) {
+    const data = { outages } as Partial<D>;
+    return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log });
+  }
+  try {
+    await retryWhileUnavailable(() => ride.giveUp(message), { withinMs: ride.waitMs, signal: ride.signal });
+  } catch (e) {
+    if (isRedisUnavailable(e)) throw new WaitingError();
+    if (!(e instanceof StoreError)) throw e;
+  }
+  throw new UnrecoverableError(`redis_unavailable: ${message}`);
 }

@@ -1,9 +1,9 @@
-import { UnrecoverableError, WaitingError, type Job } from 'bullmq';
+import { WaitingError, type Job } from 'bullmq';
 import { annotateSpan, type Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnObserver, type TurnRunner, turnSeconds } from '@cadre/session';
-import { StoreError, isRedisUnavailable, retryWhileUnavailable, type SessionStore } from '@cadre/store';
+import { StoreError, isRedisUnavailable, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { SHUTDOWN_HAND_BACK_MS, handJobBack } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage } from './hand-back.ts';
 
 export interface SessionJobDeps {
   runner: TurnRunner;
@@ -101,29 +101,18 @@ export class SessionJobProcessor {
   };
 
   /**
-   * A write of the turn found Redis unavailable: once Redis answers again the turn is handed back (`attempt_lost`,
-   * reason `redis_unavailable`) and resumes from its last boundary; the outage that finds it for the
-   * maxAttempts-th time ends the turn in error, retryable, as a turn that lost its worker that often does.
+   * The turn's write found Redis unavailable: see rideOutOutage. A turn handed back resumes from its last boundary;
+   * at the bound it ends in error, retryable, as a turn that lost its worker that often does.
    */
-  private async rideOutOutage(err: Error, job: Job<SessionTurnJobData>, lease: string, attempt: number, signal: AbortSignal, log: Logger): Promise<never> {
+  private rideOutOutage(err: Error, job: Job<SessionTurnJobData>, lease: string, attempt: number, signal: AbortSignal, log: Logger): Promise<never> {
     const { sessionId, wake } = job.data;
-    const outages = (job.data.outages ?? 0) + 1;
-    const message = `Redis was unavailable (${err.message.split('\n')[0]}); outage ${outages} of at most ${this.deps.maxAttempts}`;
-    log.warn({ err, outages }, 'session turn stopped: Redis unavailable');
-    const waitMs = this.deps.redisWaitMs;
-    if (outages < this.deps.maxAttempts) {
-      const why = { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` } as const;
-      return handJobBack(job, lease, { record: () => this.deps.runner.release(sessionId, lease, attempt, why), data: { outages }, waitMs, signal, log });
-    }
-    const error = { code: 'redis_unavailable', message, retryable: true };
-    try {
-      const ended = await retryWhileUnavailable(() => this.deps.store.cancelTurn(sessionId, 'error', { error, onlyWake: wake }), { withinMs: waitMs, signal });
-      if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
-    } catch (e) {
-      // Not even that could be written: the stall check ends it (as lost) once Redis is back.
-      if (isRedisUnavailable(e)) throw new WaitingError();
-      throw e;
-    }
-    throw new UnrecoverableError(`redis_unavailable: ${message}`);
+    return rideOutOutage(job, lease, {
+      err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log,
+      release: (message) => this.deps.runner.release(sessionId, lease, attempt, { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` }),
+      giveUp: async (message) => {
+        const ended = await this.deps.store.cancelTurn(sessionId, 'error', { error: { code: 'redis_unavailable', message, retryable: true }, onlyWake: wake });
+        if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
+      },
+    });
   }
 }
