@@ -1,3 +1,4 @@
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestRedis, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from './keys.ts';
@@ -17,9 +18,24 @@ afterAll(async () => {
   await server?.stop();
 });
 
-/** Calls per command since the last CONFIG RESETSTAT (itself left out), from INFO commandstats; commands inside scripts count. */
-async function commandCalls(): Promise<Record<string, number>> {
-  const lines = (await redis.info('commandstats')).split('\n').filter((l) => l.startsWith('cmdstat_') && !l.startsWith('cmdstat_config'));
+/**
+ * The connection whose counters see the workspace's scripts: the server, or on a cluster the master serving the
+ * workspace's slot (each node counts only its own commands, and a keyless command goes to any node).
+ */
+async function countingNode(): Promise<Redis> {
+  if (server.target.mode !== 'cluster') return new Redis(server.url);
+  const slot = (await redis.call('CLUSTER', 'KEYSLOT', new KeyBuilder(`runs${process.pid}`).workspaceRuns('ws-idle').active)) as number;
+  const shards = (await redis.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][];
+  const [, , [host, port]] = shards.find(([from, to]) => slot >= from && slot <= to)!;
+  return new Redis({ host, port });
+}
+
+/**
+ * Calls per command since the last CONFIG RESETSTAT, from INFO commandstats; commands inside scripts count. Left
+ * out: the counting itself, and what cluster clients send any node for the topology (CLUSTER, PING, CLIENT).
+ */
+async function commandCalls(node: Redis): Promise<Record<string, number>> {
+  const lines = (await node.info('commandstats')).split('\n').filter((l) => l.startsWith('cmdstat_') && !/^cmdstat_(config|info|cluster|ping|client)\b/.test(l));
   return Object.fromEntries(lines.map((l) => [l.slice('cmdstat_'.length, l.indexOf(':')), Number(/calls=(\d+)/.exec(l)![1])]));
 }
 
@@ -33,10 +49,15 @@ describe('heartbeat', () => {
     ['legacy (no acks)', undefined],
   ])('of an idle %s worker with nothing queued costs one script of seven commands', async (_kind, acked) => {
     await beat('idle-1', acked);
-    await redis.config('RESETSTAT');
-    const result = await beat('idle-1', acked);
-    expect(result).toMatchObject({ assigned_run: null, control_commands: [], worker: { worker_id: 'idle-1', current_run_id: null } });
-    // The script, its clock, the worker's read and write, the lease expiry scan, the queue and the commands list.
-    expect(await commandCalls()).toEqual({ evalsha: 1, time: 1, hget: 1, hset: 1, zrangebyscore: 1, lpop: 1, lrange: 1 });
+    const node = await countingNode();
+    try {
+      await node.config('RESETSTAT');
+      const result = await beat('idle-1', acked);
+      expect(result).toMatchObject({ assigned_run: null, control_commands: [], worker: { worker_id: 'idle-1', current_run_id: null } });
+      // The script, its clock, the worker's read and write, the lease expiry scan, the queue and the commands list.
+      expect(await commandCalls(node)).toEqual({ evalsha: 1, time: 1, hget: 1, hset: 1, zrangebyscore: 1, lpop: 1, lrange: 1 });
+    } finally {
+      node.disconnect();
+    }
   });
 });
