@@ -139,10 +139,19 @@ export async function readProbe(child: NodeChild): Promise<ProbeReport> {
  */
 export const GATEWAY_NODE_ARGS: readonly string[] = CHILD_NODE_ARGS.gateway;
 
+/**
+ * An experiment's replacement for the shipped flags: `BENCH_GATEWAY_FLAGS=""` runs the gateway with none,
+ * `BENCH_GATEWAY_FLAGS="--max-semi-space-size=2"` with that one. A bench that honours it records it as its
+ * `gateway_node_args`, which keeps the run out of the summary's ranges.
+ */
+export const GATEWAY_FLAGS_EXPERIMENT: readonly string[] | undefined = process.env.BENCH_GATEWAY_FLAGS === undefined
+  ? undefined
+  : process.env.BENCH_GATEWAY_FLAGS.split(' ').filter(Boolean);
+
 export async function spawnGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<GatewayProcess> {
   const port = await findFreePort('127.0.0.1');
   const child = spawnNode('apps/gateway/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('gateway'), ...GATEWAY_NODE_ARGS, ...nodeArgs],
+    nodeArgs: ['--import', PROBE, ...profileArgs('gateway'), ...(GATEWAY_FLAGS_EXPERIMENT ?? GATEWAY_NODE_ARGS), ...nodeArgs],
     env: { LOG_LEVEL: 'warn', CADRE_API_KEY: BENCH_API_KEY, HOST: '127.0.0.1', PORT: String(port), CADRE_SHUTDOWN_GRACE_MS: '500', ...env },
   });
   const fullGcs: { liveMb: number; committedMb: number }[] = [];
