@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
+import { awaitWithin } from '@cadre/lifecycle';
 import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended } from '@cadre/store';
@@ -158,7 +159,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     wsSockets: sessionConnections('ws'),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.
-    isReady: async () => !draining.signal.aborted && redis.status === 'ready' && (await withTimeout(redis.ping(), 1_000)) === 'PONG',
+    isReady: async () => !draining.signal.aborted && redis.status === 'ready' && (await awaitWithin(redis.ping(), 1_000))?.value === 'PONG',
   });
   await http.ready();
   const grpc = createGrpcServer({
@@ -207,11 +208,4 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     await Promise.all([queue.close(), sessionQueue.close()]);
     await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
   }
-}
-
-/** `promise`, or undefined once `ms` have passed (a readiness probe must answer, not wait). */
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }

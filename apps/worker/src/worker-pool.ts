@@ -1,6 +1,7 @@
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
+import { awaitWithin } from '@cadre/lifecycle';
 import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, turnSeconds, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
@@ -185,13 +186,5 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 
 /** Whether `promise` settled (either way) within `ms`; it goes on regardless. */
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return (await awaitWithin(promise.then(() => undefined, () => undefined), ms)) !== undefined;
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { RedisTarget } from '@cadre/config';
+import { awaitWithin } from '@cadre/lifecycle';
 
 /**
  * A connection to Cadre's Redis, whichever kind the configuration names: one node (or a Sentinel-found master) is
@@ -159,31 +160,11 @@ export async function retryWhileUnavailable<T>(op: () => Promise<T>, opts: { wit
 }
 
 /** `pending`'s outcome if it comes by `giveUpAt` and before `signal` aborts, else a RedisNoAnswerError. */
-function answeredBy<T>(pending: Promise<T>, giveUpAt: number, signal?: AbortSignal): Promise<T> {
+async function answeredBy<T>(pending: Promise<T>, giveUpAt: number, signal?: AbortSignal): Promise<T> {
   const waitMs = Math.max(0, giveUpAt - Date.now());
-  return new Promise<T>((resolve, reject) => {
-    const noAnswer = (): void => {
-      settle();
-      reject(new RedisNoAnswerError(waitMs));
-    };
-    const timer = setTimeout(noAnswer, waitMs);
-    const settle = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', noAnswer);
-    };
-    if (signal?.aborted) noAnswer();
-    else signal?.addEventListener('abort', noAnswer, { once: true });
-    pending.then(
-      (value) => {
-        settle();
-        resolve(value);
-      },
-      (err: unknown) => {
-        settle();
-        reject(err);
-      },
-    );
-  });
+  const answer = await awaitWithin(pending, waitMs, signal);
+  if (!answer) throw new RedisNoAnswerError(waitMs);
+  return answer.value;
 }
 
 /** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */
