@@ -3,7 +3,7 @@ import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { awaitWithin } from '@cadre/lifecycle';
 import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
-import { SESSION_TURN_JOB, SessionQueue, TurnRunner, turnSeconds, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
+import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
@@ -128,9 +128,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     if (!job || !/stalled/i.test(err.message)) return;
     lostJobs.inc();
     if (job.name === SESSION_TURN_JOB) {
-      const { sessionId, wake } = job.data as SessionTurnJobData;
-      const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times`, retryable: true };
-      void sessionStore.cancelTurn(sessionId, 'error', { error, onlyWake: wake }).then((ended) => ended && sessionTurns.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) }), () => undefined);
+      const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times` };
+      void sessions.giveUpTurn(job.data as SessionTurnJobData, error).catch(() => undefined);
       return;
     }
     const { taskId, workerId } = job.data as AgentJobData;

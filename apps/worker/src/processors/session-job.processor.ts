@@ -109,10 +109,16 @@ export class SessionJobProcessor {
     return rideOutOutage(job, lease, {
       err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log,
       release: (message) => this.deps.runner.release(sessionId, lease, attempt, { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` }),
-      giveUp: async (message) => {
-        const ended = await this.deps.store.cancelTurn(sessionId, 'error', { error: { code: 'redis_unavailable', message, retryable: true }, onlyWake: wake });
-        if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
-      },
+      giveUp: (message) => this.giveUpTurn({ sessionId, wake }, { code: 'redis_unavailable', message }),
     });
+  }
+
+  /**
+   * Ends the turn of a job that is given up on (it met Redis outages, or lost its worker, too often) in a retryable
+   * error, if `wake` is still the session's turn, and counts it with its duration. The one give-up write for both.
+   */
+  async giveUpTurn({ sessionId, wake }: Pick<SessionTurnJobData, 'sessionId' | 'wake'>, error: { code: string; message: string }): Promise<void> {
+    const ended = await this.deps.store.cancelTurn(sessionId, 'error', { error: { ...error, retryable: true }, onlyWake: wake });
+    if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
   }
 }
