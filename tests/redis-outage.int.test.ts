@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, type RestartableRedis } from '@cadre/testing';
+import { Scrape } from './support/prometheus.ts';
 import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
@@ -31,8 +32,15 @@ afterEach(async () => {
 async function startStack(env: Record<string, string> = {}): Promise<TestStack> {
   redis = await startRestartableRedis();
   stack = await TestStack.start({ redis, workers: 0 });
-  await stack.addWorkerPool({ CADRE_JOB_LOCK_MS: LOCK_MS, ...env });
+  await stack.addWorkerPool({ CADRE_JOB_LOCK_MS: LOCK_MS, WORKER_METRICS_PORT: String(await freePort()), WORKER_METRICS_HOST: '127.0.0.1', ...env });
   return stack;
+}
+
+/** The worker's cadre_agent_jobs_handed_back_total by reason, read from its /metrics. */
+async function handedBack(): Promise<Record<'worker_shutdown' | 'redis_unavailable', number>> {
+  const scrape = await Scrape.of(`http://127.0.0.1:${stack!.pools[0]!.metricsPort}/metrics`);
+  const count = (reason: string): number => scrape.value('cadre_agent_jobs_handed_back_total', { reason });
+  return { worker_shutdown: count('worker_shutdown'), redis_unavailable: count('redis_unavailable') };
 }
 
 /** The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then back. */
@@ -78,6 +86,9 @@ describe('a Redis outage under a running team task', () => {
     expect(mine.at(-2)).toMatchObject({ event_type: 'worker_completed', attempt: 2 });
     expect(events.some((e) => (e.payload as { reason?: string }).reason === 'internal_error')).toBe(false);
     expect(events.at(-1)!.event_type).toBe('task_completed');
+    // The worker counts each hand-back the outage caused (the waiter's, and the lead's if the outage caught it too).
+    const released = events.filter((e) => e.event_type === 'worker_failed' && (e.payload as { reason?: string }).reason === 'redis_unavailable');
+    expect(await handedBack()).toEqual({ worker_shutdown: 0, redis_unavailable: released.length });
   }, 90_000);
 
   it('an outage that finds the job once more than its attempts allow fails the worker with reason redis_unavailable, and the task', async () => {
@@ -88,6 +99,8 @@ describe('a Redis outage under a running team task', () => {
       expect.objectContaining({ reason: 'redis_unavailable', message: expect.stringContaining('outage 1 of at most 1') }),
     ]);
     expect(events.at(-1)).toMatchObject({ event_type: 'task_failed' });
+    // Given up on, not handed back: not counted.
+    expect(await handedBack()).toEqual({ worker_shutdown: 0, redis_unavailable: 0 });
   }, 90_000);
 });
 
@@ -115,6 +128,7 @@ describe('a Redis outage under a running session turn', () => {
     ]);
     expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn']);
     expect(evs.some((e) => e.event_type === 'session_error')).toBe(false);
+    expect(await handedBack()).toEqual({ worker_shutdown: 0, redis_unavailable: 1 });
   }, 90_000);
 
   it('an outage past the attempts ends the turn in a retryable redis_unavailable error', async () => {
@@ -124,6 +138,7 @@ describe('a Redis outage under a running session turn', () => {
       expect.objectContaining({ code: 'redis_unavailable', retryable: true, message: expect.stringContaining('outage 1 of at most 1') }),
     ]);
     expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error']);
+    expect(await handedBack()).toEqual({ worker_shutdown: 0, redis_unavailable: 0 });
   }, 90_000);
 });
 

@@ -58,7 +58,14 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   eventsAppendedMetric(metrics, () => eventsAppended(redis));
   new Gauge({ name: 'cadre_running_agents', help: 'Agent loops running in this process', registers: [metrics], collect() { this.set(cancels.size()); } });
   const taskSeconds = new Histogram({ name: 'cadre_task_duration_seconds', help: 'Task duration from creation to its end as the lead records it, by status', labelNames: ['status'], registers: [metrics], buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600] });
-  const handedBack = new Counter({ name: 'cadre_agent_jobs_handed_back_total', help: 'Running agent jobs and session turns handed back to the queue on shutdown (another worker resumes them)', registers: [metrics] });
+  const handedBack = new Counter({
+    name: 'cadre_agent_jobs_handed_back_total',
+    help: 'Running agent jobs and session turns handed back to the queue (another attempt resumes them), by reason: worker_shutdown (the drain deadline passed), redis_unavailable (a write found Redis unavailable)',
+    labelNames: ['reason'],
+    registers: [metrics],
+  });
+  for (const reason of ['worker_shutdown', 'redis_unavailable']) handedBack.inc({ reason }, 0);
+  const onOutageHandBack = (): void => handedBack.inc({ reason: 'redis_unavailable' });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   // Team agents and session turns report model calls to one observer: one set of per-model series.
@@ -80,6 +87,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
     onTaskFinished: (status, seconds) => taskSeconds.observe({ status }, seconds),
     observer: agentObserver,
+    onOutageHandBack,
   });
 
   const sessions = new SessionJobProcessor({
@@ -97,6 +105,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     maxAttempts: config.maxAttempts,
     redisWaitMs: config.lockMs,
     turns: sessionTurns,
+    onOutageHandBack,
   });
 
   // One queue, one pool of slots: team agents and session turns (and tool deadlines) share the concurrency.
@@ -154,7 +163,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
       const deadline = setTimeout(() => {
-        handedBack.inc(processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
+        handedBack.inc({ reason: 'worker_shutdown' }, processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
       }, graceMs);
       const closing = worker.close();
       let workerClosed = true;

@@ -46,7 +46,8 @@ export interface AgentJobDeps {
   /** The lead recorded the task's end; `seconds` since the lead's job was enqueued (the task's creation). */
   onTaskFinished?(status: 'completed' | 'failed', seconds: number): void;
   /** Metrics of the agent loops. */
-  observer?: AgentObserver;
+  observer?: AgentObserver;  /** Hears of each job handed back because its write found Redis unavailable (see rideOutOutage). */
+  onOutageHandBack?: () => void;
 }
 
 export interface AgentJobResult {
@@ -355,7 +356,7 @@ export class AgentJobProcessor {
     const { taskId, workerId } = job.data;
     const task = (message: string) => (workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead failed: redis_unavailable: ${message}` } as const : undefined);
     return rideOutOutage(job, lease, {
-      err, where: `to host ${this.deps.hostId}`, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log,
+      err, where: `to host ${this.deps.hostId}`, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandBack: this.deps.onOutageHandBack,
       release: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'released', reason: 'redis_unavailable', message }),
       giveUp: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'failed', reason: 'redis_unavailable', message }, task(message)),
     });

@@ -64,6 +64,8 @@ export interface OutageRide {
   release: (message: string) => Promise<unknown>;
   /** Records the job's end at the bound (worker_failed / the turn's session_error, reason redis_unavailable). */
   giveUp: (message: string) => Promise<unknown>;
+  /** Hears that the job is handed back (an outage below the bound), e.g. to count it. */
+  onHandBack?: () => void;
 }
 
 /**
@@ -80,6 +82,7 @@ export async function rideOutOutage<D extends { outages?: number }>(job: Job<D>,
   ride.log.warn({ err: ride.err, outages }, 'loop stopped: Redis unavailable');
   if (outages < ride.maxAttempts) {
     const data = { outages } as Partial<D>;
+    ride.onHandBack?.();
     return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log });
   }
   try {

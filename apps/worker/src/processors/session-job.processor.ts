@@ -15,7 +15,8 @@ export interface SessionJobDeps {
   /** How long a turn whose write found Redis unavailable waits for it to answer again (the job's lock duration). */
   redisWaitMs: number;
   /** Hears of a turn this processor ends (the outage bound): the worker's session metrics. */
-  turns?: TurnObserver;
+  turns?: TurnObserver;  /** Hears of each job handed back because its write found Redis unavailable (see rideOutOutage). */
+  onOutageHandBack?: () => void;
 }
 
 export interface SessionJobResult {
@@ -107,7 +108,7 @@ export class SessionJobProcessor {
   private rideOutOutage(err: Error, job: Job<SessionTurnJobData>, lease: string, attempt: number, signal: AbortSignal, log: Logger): Promise<never> {
     const { sessionId, wake } = job.data;
     return rideOutOutage(job, lease, {
-      err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log,
+      err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandBack: this.deps.onOutageHandBack,
       release: (message) => this.deps.runner.release(sessionId, lease, attempt, { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` }),
       giveUp: (message) => this.giveUpTurn({ sessionId, wake }, { code: 'redis_unavailable', message }),
     });
