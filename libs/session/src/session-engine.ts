@@ -78,6 +78,32 @@ export interface SessionEngineDeps {
 
 const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
+/** About 100 bytes each: 10,000 sessions (ten times the 1,000 streams a gateway is benched with) in ~1 MB. */
+const SESSION_WORKSPACES_KEPT = 10_000;
+
+/** A bounded map of session id → workspace; the least recently used goes first. */
+class SessionWorkspaces {
+  private readonly kept = new Map<string, string>();
+  private readonly limit: number;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  get(sessionId: string): string | undefined {
+    const workspaceId = this.kept.get(sessionId);
+    if (workspaceId !== undefined) this.remember(sessionId, workspaceId);
+    return workspaceId;
+  }
+
+  remember(sessionId: string, workspaceId: string): void {
+    // Deleted and set again: a Map iterates in insertion order, so its first key is the least recently used.
+    this.kept.delete(sessionId);
+    this.kept.set(sessionId, workspaceId);
+    if (this.kept.size > this.limit) this.kept.delete(this.kept.keys().next().value!);
+  }
+}
+
 /**
  * The session engine's command side: what every edge (roz StreamSession, the HTTP session API, later WebSocket
  * and stdio) calls. Edges only translate frames; validation, access and state changes live here, so a bad input
@@ -85,6 +111,8 @@ const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
  */
 export class SessionEngine {
   private readonly deps: SessionEngineDeps;
+  /** Sessions this engine has read or created → their workspace (writeAccess). */
+  private readonly workspaces = new SessionWorkspaces(SESSION_WORKSPACES_KEPT);
 
   constructor(deps: SessionEngineDeps) {
     this.deps = deps;
@@ -115,15 +143,18 @@ export class SessionEngine {
     if (!Number.isInteger(maxContext) || maxContext < 256 || maxContext > L.maxContextTokens) throw invalid(`max_context_tokens must be 256..${L.maxContextTokens}`);
     if (input.owner !== undefined && !OWNER.test(input.owner)) throw invalid('owner must match [A-Za-z0-9._@:-]{1,128}');
     const approvalPolicy = approvalRules(input.approval_policy?.rules ?? [], 'approval_policy.rules');
-    return this.deps.store.createSession({
+    const session = await this.deps.store.createSession({
       workspace_id: input.workspace_id, model, tools, transcript, project_context: project, system_context: systemContext, max_context_tokens: maxContext,
       approval_policy: approvalPolicy, stop_on_denial: input.stop_on_denial === true, ...(input.owner && { owner: input.owner }),
     });
+    this.workspaces.remember(session.session_id, session.workspace_id);
+    return session;
   }
 
   async get(scope: Scope, sessionId: string): Promise<SessionRecord> {
     checkSessionId(sessionId);
     const session = await this.deps.store.getSession(sessionId);
+    if (session) this.workspaces.remember(sessionId, session.workspace_id);
     if (!session || !visible(scope, session.workspace_id)) throw notFound(sessionId);
     return session;
   }
@@ -136,7 +167,7 @@ export class SessionEngine {
     const tools = input.tools && input.tools.length > 0 ? clientTools(input.tools, '', 'tools') : undefined;
     checkText(input.system_context ?? '', L.systemContext, 'system_context');
     const images = imageUrls(input.images ?? []);
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     // The turn's trace: its job (BullMQ's producer and consumer spans) and everything that resumes it hang below.
     await inSpan('user_message', { attributes: { session_id: sessionId, 'cadre.message_id': messageId } }, () => this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
       message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
@@ -154,7 +185,7 @@ export class SessionEngine {
     checkText(input.content, L.content, 'content', true);
     const inputId = input.input_id || randomUUID();
     checkText(inputId, L.messageId, 'input_id');
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     const result = await this.wake(
       sessionId, () => this.mapped(this.deps.store.queueInput(sessionId, kind, { input_id: inputId, content: input.content }, L.queuedInputs)),
       (r) => (r.kind === 'started' ? r.wake : 0),
@@ -174,7 +205,7 @@ export class SessionEngine {
       messageId = prompt.message_id || randomUUID();
       checkText(messageId, L.messageId, 'message_id');
     }
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     const result = await this.wake(
       sessionId, () => this.mapped(this.deps.store.abortTurn(sessionId, prompt && messageId ? { message_id: messageId, content: prompt.content } : undefined)), (r) => r.wake,
     );
@@ -258,7 +289,7 @@ export class SessionEngine {
       throw invalid(`success must equal (exit_code == 0) when exit_code is present (success ${input.success}, exit_code ${input.exit_code})`);
     }
     if (input.duration_ms !== undefined && (!Number.isFinite(input.duration_ms) || input.duration_ms < 0)) throw invalid('duration_ms must be a non-negative number');
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     const wake = await this.resuming(sessionId, 'tool_result', { 'gen_ai.tool.call.id': input.tool_call_id }, () => this.wake(sessionId, () => this.mapped(this.deps.store.resolveToolCall(sessionId, {
       tool_call_id: input.tool_call_id, success: input.success, result: input.result,
       ...(input.exit_code !== undefined && { exit_code: input.exit_code }),
@@ -353,7 +384,7 @@ export class SessionEngine {
     const source = input.source ?? '';
     const tools = clientTools(input.tools, source, 'tools');
     checkText(input.system_context ?? '', L.systemContext, 'system_context');
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     const count = await this.mapped(this.deps.store.registerTools(sessionId, source, tools, input.system_context ?? '', L.tools));
     return { tool_count: count };
   }
@@ -361,7 +392,7 @@ export class SessionEngine {
   /** Aborts the running turn (model stream and tools) in whichever worker runs it; false when none ran. */
   async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
     checkText(reason, L.reason, 'reason');
-    await this.access(scope, sessionId);
+    await this.writeAccess(scope, sessionId);
     const ended = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
     if (ended) this.deps.turns?.turnEnded({ outcome: 'cancelled', ...turnSeconds(ended.started_at) });
     return ended !== null;
@@ -397,6 +428,7 @@ export class SessionEngine {
   async watch(scope: Scope, sessionId: string, afterSeq: number): Promise<LogWatcher<SessionEvent> | null> {
     checkSessionId(sessionId);
     const head = await this.deps.store.sessionHead(sessionId);
+    if (head) this.workspaces.remember(sessionId, head.workspace_id);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
     if (afterSeq > head.last_seq) throw new StoreError('cursor_ahead', `after_seq ${afterSeq} is ahead of session ${sessionId}'s log (last seq ${head.last_seq})`);
     if (afterSeq === head.last_seq && head.status === 'closed') return null;
@@ -448,8 +480,22 @@ export class SessionEngine {
   private async access(scope: Scope, sessionId: string): Promise<string> {
     checkSessionId(sessionId);
     const head = await this.deps.store.sessionHead(sessionId);
+    if (head) this.workspaces.remember(sessionId, head.workspace_id);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
     return head.workspace_id;
+  }
+
+  /**
+   * access() for a change whose script refuses a session that is gone (session_not_found): a session this gateway
+   * has seen is checked against its remembered workspace, with no read. A session's workspace never changes and
+   * its id (a random UUID) names no other session, so the answer is the read's; only a session that expired since
+   * is refused by the script instead (not_found all the same, after a mark written and cleared).
+   */
+  private async writeAccess(scope: Scope, sessionId: string): Promise<void> {
+    checkSessionId(sessionId);
+    const workspaceId = this.workspaces.get(sessionId);
+    if (workspaceId === undefined) await this.access(scope, sessionId);
+    else if (!visible(scope, workspaceId)) throw notFound(sessionId);
   }
 
   /**
