@@ -43,11 +43,15 @@ async function handedBack(): Promise<Record<'worker_shutdown' | 'redis_unavailab
   return { worker_shutdown: count('worker_shutdown'), redis_unavailable: count('redis_unavailable') };
 }
 
-/** The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then back. */
-async function failover(): Promise<void> {
+/**
+ * The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then
+ * back. `refusing` runs as soon as writes are refused.
+ */
+async function failover(refusing: () => void = () => undefined): Promise<void> {
   const admin = new Redis(redis!.url);
   await admin.replicaof('127.0.0.1', await freePort());
   admin.disconnect();
+  refusing();
   await sleep(READONLY_MS);
   redis!.kill();
   redisDown = true;
@@ -62,15 +66,17 @@ async function createTask(workers: object[]): Promise<string> {
   return res.body.task.task_id;
 }
 
-const WAITER = { role: 'waiter', instructions: 'Wait, then answer. [[scripted:call=wait({"ms":1000})]]', tools: ['wait'] };
+/** Its model's answer waits at the gate `failover` until the test lets it through (every attempt's after that). */
+const WAITER = { role: 'waiter', instructions: 'Answer when let through. [[scripted:hold=failover]]' };
 
 /** A task of one worker, the failover while its loop runs, and the task's log once it ended (contiguous). */
 async function waiterThroughFailover(env: Record<string, string> = {}) {
   await startStack(env);
   const taskId = await createTask([WAITER]);
-  // Mid-loop: its tool runs, and the loop's next write comes during the outage.
-  await waitForEvent(stack!.url, taskId, (e) => e.event_type === 'worker_tool_call' && e.worker_id === 'waiter-1');
-  await failover();
+  // Mid-loop: its model call waits at the gate, let through once writes are refused, so the loop's next write
+  // (its answer) meets the outage.
+  await stack!.model.holding('failover');
+  await failover(() => stack!.model.release('failover'));
   const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
   assertContiguous(events.map((e) => e.seq));
   return { events, mine: events.filter((e) => e.worker_id === 'waiter-1') };

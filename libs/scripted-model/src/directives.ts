@@ -12,6 +12,8 @@ export type CallDirective = { name: string; arguments: string };
 export type Directives = {
   fail: FailDirective | undefined;
   hang: boolean;
+  /** A gate the answer waits at until the test releases it (`ScriptedModel.release`); undefined for none. */
+  hold: string | undefined;
   delayMs: number;
   chunkDelayMs: number;
   /** Roles for spawn_worker calls; undefined means the default roles. */
@@ -48,11 +50,12 @@ export function contentText(content: unknown): string {
   return texts.join('\n');
 }
 
-/** Collects every directive in message order. Later fail/delay/chunk_delay/spawn tokens override earlier ones. */
+/** Collects every directive in message order. Later fail/hold/delay/chunk_delay/spawn tokens override earlier ones. */
 export function parseDirectives(messages: readonly ChatMessage[]): Directives {
   const directives: Directives = {
     fail: undefined,
     hang: false,
+    hold: undefined,
     delayMs: 0,
     chunkDelayMs: 0,
     spawnRoles: undefined,
@@ -96,6 +99,10 @@ function applyDirective(directives: Directives, text: string): void {
     }
     case 'delay':
       directives.delayMs = parseMillis(name, value);
+      return;
+    case 'hold':
+      if (!TOOL_NAME.test(value)) throw new DirectiveError(`hold expects a name of [A-Za-z0-9_-] (1-64), got "${value}"`);
+      directives.hold = value;
       return;
     case 'chunk_delay':
       directives.chunkDelayMs = parseMillis(name, value);

@@ -10,13 +10,14 @@ describe('parseDirectives', () => {
     const directives = parseDirectives([
       { role: 'system', content: '[[scripted:fail=503*2]] [[scripted:delay=5]]' },
       { role: 'developer', content: [{ type: 'text', text: '[[scripted:chunk_delay=7]]' }] },
-      user('[[scripted:spawn=a, b]] [[scripted:call=t1({"x":[1]})]] [[scripted:call=t2()]] [[scripted:hang]] [[scripted:think=Hmm, let me see]] [[scripted:words=12]]'),
+      user('[[scripted:spawn=a, b]] [[scripted:call=t1({"x":[1]})]] [[scripted:call=t2()]] [[scripted:hang]] [[scripted:hold=gate-1]] [[scripted:think=Hmm, let me see]] [[scripted:words=12]]'),
       { role: 'assistant', content: '[[scripted:fail=500]]' },
       { role: 'tool', content: '[[scripted:fail=500]]' },
     ]);
     expect(directives).toEqual({
       fail: { status: 503, times: 2 },
       hang: true,
+      hold: 'gate-1',
       delayMs: 5,
       chunkDelayMs: 7,
       spawnRoles: ['a', 'b'],
@@ -52,7 +53,7 @@ describe('parseDirectives', () => {
     });
   });
 
-  it.each(['fial=500', 'fail=200', 'fail=500*0', 'delay=soon', 'spawn=a,,b', 'call=bad name({})', 'call=t({x})', 'call=t([1])', 'think=', 'words=many'])(
+  it.each(['fial=500', 'fail=200', 'fail=500*0', 'delay=soon', 'spawn=a,,b', 'call=bad name({})', 'call=t({x})', 'call=t([1])', 'think=', 'words=many', 'hold=', 'hold=a b'])(
     'rejects %s',
     (text) => {
       expect(() => parseDirectives([user(`[[scripted:${text}]]`)])).toThrow(DirectiveError);

@@ -196,6 +196,31 @@ describe('scripted model through the openai client', () => {
     await model.close();
   });
 
+  it('hold: the answer waits at its gate until the test releases it; later requests pass', async () => {
+    const { model, client } = await start();
+    const ask = () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Go [[scripted:hold=gate]]' }] });
+    let answered = false;
+    const held = ask().then((completion) => {
+      answered = true;
+      return completion;
+    });
+    await model.holding('gate');
+    // The request is at the gate: a round trip of another request later, still unanswered.
+    await client.models.list();
+    expect(answered).toBe(false);
+    model.release('gate');
+    expect((await held).choices[0]?.message.content).toBe('Scripted answer to "Go [[scripted:hold=gate]]"');
+    expect((await ask()).choices[0]?.message.content).toBe('Scripted answer to "Go [[scripted:hold=gate]]"');
+  });
+
+  it('hold: close() ends a request waiting at its gate', async () => {
+    const { model, client } = await start();
+    const request = client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Go [[scripted:hold=never]]' }] });
+    await model.holding('never');
+    await model.close();
+    await expect(request).rejects.toThrow();
+  });
+
   it('hang: close() ends a hanging stream the client is still reading', async () => {
     const { model, client } = await start();
     const stream = await client.chat.completions.create({

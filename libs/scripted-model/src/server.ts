@@ -32,6 +32,10 @@ export type ScriptedModel = {
   port: number;
   /** HTTP requests received so far, whatever their outcome. */
   requestCount(): number;
+  /** Resolves once a request has come to `hold=<name>` (it waits there until release(name); a test acts meanwhile). */
+  holding(name: string): Promise<void>;
+  /** Lets the requests waiting at `hold=<name>` answer, and every later one pass it. */
+  release(name: string): void;
   /** Stops listening and ends every open request, hanging ones included. Idempotent. */
   close(): Promise<void>;
 };
@@ -61,6 +65,13 @@ export async function startScriptedModel(opts: ScriptedModelOptions = {}): Promi
   const failuresServed = new Map<string, number>();
   let requests = 0;
   let completions = 0;
+  /** hold=<name> gates: whether a request came to each, and whether the test released it. */
+  const holds = new Map<string, { reached: PromiseWithResolvers<void>; released: PromiseWithResolvers<void> }>();
+  const hold = (name: string) => {
+    let gate = holds.get(name);
+    if (!gate) holds.set(name, (gate = { reached: Promise.withResolvers<void>(), released: Promise.withResolvers<void>() }));
+    return gate;
+  };
 
   const server = createServer((req, res) => {
     requests += 1;
@@ -104,6 +115,12 @@ export async function startScriptedModel(opts: ScriptedModelOptions = {}): Promi
     const failStatus = takeFailure(directives, request.messages);
 
     if (directives.delayMs > 0 && !(await wait(directives.delayMs, signal))) return;
+    if (directives.hold !== undefined) {
+      const gate = hold(directives.hold);
+      gate.reached.resolve();
+      await Promise.race([gate.released.promise, untilAborted(signal)]);
+      if (signal.aborted) return;
+    }
     if (directives.hang) {
       if (request.stream) {
         res.writeHead(200, sseHeaders());
@@ -153,6 +170,8 @@ export async function startScriptedModel(opts: ScriptedModelOptions = {}): Promi
     url,
     port: address.port,
     requestCount: () => requests,
+    holding: (name) => hold(name).reached.promise,
+    release: (name) => hold(name).released.resolve(),
     close() {
       closing ??= new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));
