@@ -146,6 +146,45 @@ describe('EventFanout', () => {
     expect(fanout.watcherCount()).toBe(0);
   });
 
+  it('reports a live event once per tail when it is written straight to every watcher, and once per watcher that takes it late', async () => {
+    const reported: number[] = [];
+    const own = new EventFanout({
+      keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub-2', { shardedSubscriber: true }), safetyPollMs: 60_000,
+      onLiveDelivery: (e) => reported.push(e.seq),
+    });
+    await own.start();
+    const taskId = await liveTask();
+    const log = store.taskLog(taskId);
+    const head = await log.head();
+    const watchers = await Promise.all([0, 1, 2].map(() => own.watch(log, head)));
+    const written: number[][] = [[], [], []];
+    let drained: (() => void) | undefined;
+    const warm = head + 1;
+    const piped = watchers.map((w, i) => w.pipeTo(
+      (e) => {
+        written[i]!.push(e.seq);
+        return i !== 2 || e.seq !== warm + 1; // the third stream is full after the first event past the warm-up
+      },
+      () => new Promise<void>((resolve) => (drained = resolve)),
+    ));
+    await phase(taskId, 1);
+    await waitUntil('every watcher to have the warm-up event', () => written.every((w) => w.includes(warm)));
+    reported.length = 0;
+    for (let turn = 2; turn <= 4; turn++) await phase(taskId, turn);
+    await waitUntil('the full stream to hold two events', () => watcherHolds(watchers[2]!, 2));
+    await waitUntil('the others to have all three', () => written[0]!.length === 4 && written[1]!.length === 4);
+    // Each event once, as the tail wrote it to the streams that took it at once; not once per watcher.
+    expect(reported).toEqual([warm + 1, warm + 2, warm + 3]);
+    drained!();
+    await waitUntil('the full stream to take what it held', () => written[2]!.length === 4);
+    // The two it took late from its buffer, each reported as it took it.
+    expect(reported).toEqual([warm + 1, warm + 2, warm + 3, warm + 2, warm + 3]);
+    expect(written).toEqual([0, 1, 2].map(() => [warm, warm + 1, warm + 2, warm + 3]));
+    await Promise.all(watchers.map((w) => w.return()));
+    await Promise.all(piped);
+    await own.close();
+  });
+
   it('pages through a history longer than a page, on a finished log, and ends', async () => {
     const paged = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), pageSize: 5, safetyPollMs: 60_000 });
     await paged.start();

@@ -74,7 +74,12 @@ export interface FanoutOptions {
   /** A tail re-reads this often even without a notification, in case one was lost (e.g. on reconnect). */
   safetyPollMs?: number;
   pageSize?: number;
-  /** Called as a live event (pushed by a tail, not read while catching up) is handed to a watcher's reader. */
+  /**
+   * Live events (pushed by a tail, not read while catching up) as they reach watchers: once per event per tail
+   * after the tail has written it to every caught-up watcher's stream (after the last of them; not once per
+   * watcher, which cost a timestamp parse and a histogram observe per delivery), and once per delivery for a
+   * watcher that takes it later from its buffer (its stream was full).
+   */
   onLiveDelivery?: (event: LoggedEvent) => void;
   /**
    * Told when a tail's read fails (Redis down, failing over), once per outage of that tail, and when it reads
@@ -227,6 +232,11 @@ export class EventFanout {
     return watcher;
   }
 
+  /** @internal A tail has written `event` straight to its caught-up watchers' streams. */
+  handedOff(event: LoggedEvent): void {
+    this.onLiveDelivery?.(event);
+  }
+
   /** @internal */
   countTailRead(): void {
     this.tailReads++;
@@ -362,7 +372,9 @@ class LogTail<E extends LoggedEvent> {
   private deliver(event: E): void {
     this.cursor = event.seq;
     this.remember(event);
-    for (const w of this.watchers) w.push(event);
+    let handed = false;
+    for (const w of this.watchers) if (w.push(event)) handed = true;
+    if (handed) this.fanout.handedOff(event);
     if (this.log.isTerminal(event)) this.ended = true;
   }
 
@@ -454,19 +466,18 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     this.unregister = unregister;
   }
 
-  /** @internal Called by the tail. */
-  push(event: E): void {
-    if (this.done || event.seq <= this.lastSeq) return;
+  /** @internal Called by the tail; true when the event went straight to pipeTo's writer (the tail reports those). */
+  push(event: E): boolean {
+    if (this.done || event.seq <= this.lastSeq) return false;
     this.knownHead = Math.max(this.knownHead, event.seq);
     if (this.sink && event.seq === this.lastSeq + 1 && this.live.length === 0 && this.page.length === 0) {
       this.hand(event);
-      this.onLiveDelivery?.(event);
       if (!this.sink.write(event)) {
         this.sink = undefined;
         this.sinkFull = true;
         this.wakeReader?.();
       } else if (this.done) this.wakeReader?.();
-      return;
+      return true;
     }
     this.live.push(event);
     if (this.live.length > this.bufferLimit) {
@@ -475,11 +486,12 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       const edge = this.page.at(-1)?.seq ?? this.lastSeq;
       if (this.live[0]!.seq <= edge + 1) {
         this.fail(new WatchClosedError('watcher_overflow', this.lastSeq, `watcher fell more than ${this.bufferLimit} events behind; resume with after_seq=${this.lastSeq}`));
-        return;
+        return false;
       }
       this.live = [];
     }
     this.wakeReader?.();
+    return false;
   }
 
   /** @internal */
