@@ -95,6 +95,8 @@ export interface ProbeReport {
   loop_delay_ms: { p50: number; p99: number; max: number; mean: number };
   loop_utilization: number;
   gc: { count: number; total_ms: number; max_ms: number; major: number; major_ms: number };
+  /** MB allocated on V8's heap in the window; only from a process started with BENCH_ALLOC=1. */
+  allocated_mb?: number;
 }
 
 export const PROBE = fileURLToPath(new URL('./probe.ts', import.meta.url));
