@@ -20,6 +20,7 @@ import type { SseSessions } from './sse.ts';
 import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 import { windiePlugin, type SocketCounter } from '../ws/windie.plugin.ts';
 import { checkResponsesAgainstHandlers } from './response-check.ts';
+import { lazyRequestLogger } from './request-logger.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
@@ -54,6 +55,11 @@ function boundsError(part: 'params' | 'querystring' | 'body', violation: BoundsV
   return err;
 }
 
+function boundsViolation(value: unknown, part: 'params' | 'querystring' | 'body'): FastifyError | undefined {
+  const violation = findBoundsViolation(value);
+  return violation && boundsError(part, violation);
+}
+
 /**
  * The HTTP surface as a Fastify instance that does not listen: main.ts hands it connections from the shared
  * port, tests use inject() or a real port.
@@ -61,6 +67,7 @@ function boundsError(part: 'params' | 'querystring' | 'body', violation: BoundsV
 export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   const app = fastify({
     loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    childLoggerFactory: lazyRequestLogger,
     bodyLimit: deps.bodyLimitBytes,
     serverFactory: (handler) => http.createServer(traceHttpRequests(handler)),
     return503OnClosing: true,
@@ -85,12 +92,10 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
     withFiniteNumbers((httpPart === 'body' ? strictAjv : coercingAjv).compile(withSafeIntegers(schema) as object)),
   );
   // Before any schema or handler of any route (and after auth): the bounds every part of every request must meet.
+  // Three calls, not a loop over [part, value] pairs: every request would allocate the pairs.
   app.addHook('preValidation', (request, _reply, done) => {
-    for (const [part, value] of [['params', request.params], ['querystring', request.query], ['body', request.body]] as const) {
-      const violation = findBoundsViolation(value);
-      if (violation) return done(boundsError(part, violation));
-    }
-    done();
+    const violation = boundsViolation(request.params, 'params') ?? boundsViolation(request.query, 'querystring') ?? boundsViolation(request.body, 'body');
+    done(violation);
   });
 
   app.setErrorHandler(errorHandler('cadre'));

@@ -35,11 +35,32 @@ function pointer(frame: Frame): string {
 }
 
 /**
- * The first value of `input` that breaks a bound, or undefined. Iterative, so a hostile depth cannot overflow the
- * stack; it stops at the first problem. Every request's params, query and body pass here, so a value that meets
- * its bounds costs one frame and no path.
+ * Whether `value` meets every bound: the walk every request's params, query and body take, building nothing (a
+ * frame per value was most of what a request allocated here). Recursive, but never deeper than MAX_JSON_DEPTH:
+ * a deeper container is a violation and ends the walk.
+ */
+function withinBounds(value: unknown, depth: number): boolean {
+  if (typeof value === 'string') return stringProblem(value, MAX_STRING_LENGTH) === undefined;
+  if (value === null || typeof value !== 'object') return true;
+  if (depth >= MAX_JSON_DEPTH) return false;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (!withinBounds(value[i], depth + 1)) return false;
+    return true;
+  }
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    if (stringProblem(key, MAX_KEY_LENGTH) !== undefined || !withinBounds((value as Record<string, unknown>)[key], depth + 1)) return false;
+  }
+  return true;
+}
+
+/**
+ * The first value of `input` that breaks a bound, or undefined. A value within bounds costs one walk that builds
+ * nothing; only a violation is looked for again, iteratively (a hostile depth cannot overflow the stack), to say
+ * which value broke which bound, stopping at the first problem.
  */
 export function findBoundsViolation(input: unknown): BoundsViolation | undefined {
+  if (withinBounds(input, 0)) return undefined;
   const stack: Frame[] = [{ value: input, depth: 0 }];
   while (stack.length > 0) {
     const frame = stack.pop()!;
@@ -92,11 +113,26 @@ export function withSafeIntegers<T>(schema: T): T {
 }
 
 /**
+ * Whether every number in `value` is finite, building nothing. The data passed the bounds walk, so it is at most
+ * MAX_JSON_DEPTH deep; anything deeper (a default Ajv added) is left to the exact walk below.
+ */
+function allFinite(value: unknown, depth: number): boolean {
+  if (typeof value === 'number') return Number.isFinite(value);
+  if (value === null || typeof value !== 'object') return true;
+  if (depth > MAX_JSON_DEPTH) return false;
+  for (const key in value) {
+    if (Object.hasOwn(value, key) && !allFinite((value as Record<string, unknown>)[key], depth + 1)) return false;
+  }
+  return true;
+}
+
+/**
  * The path of the first number in `data` that is not finite, or undefined. Ajv coerces a querystring's
  * `Infinity` to the number Infinity and then skips `maximum` for it (its bound checks apply to finite numbers
  * only), so a validator runs this after Ajv.
  */
 export function findNonFiniteNumber(data: unknown): string | undefined {
+  if (allFinite(data, 0)) return undefined;
   const stack: Frame[] = [{ value: data, depth: 0 }];
   while (stack.length > 0) {
     const frame = stack.pop()!;
