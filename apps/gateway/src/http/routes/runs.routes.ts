@@ -57,11 +57,17 @@ export const runRoutes: RoutesPlugin<RunRoutesDeps> = async (app, deps) => {
   // stop-all is guarded by the control key (as the original) or a workspace's own runs key; every other route by
   // a runs key. Before the body is read, so an unauthenticated caller learns nothing from validation.
   app.decorateRequest('runsPrincipal', null as unknown as Principal);
-  app.addHook('onRequest', async (request) => {
-    request.runsPrincipal =
-      request.routeOptions.url === STOP_ALL
-        ? deps.runsAuth.checkStopAll(request.headers['x-windie-runs-control-key'], request.headers['x-windie-runs-key'])
-        : deps.runsAuth.check(request.headers['x-windie-runs-key']);
+  // A callback, not an async function: it runs on every heartbeat, and a promise per request is garbage.
+  app.addHook('onRequest', (request, _reply, done) => {
+    try {
+      request.runsPrincipal =
+        request.routeOptions.url === STOP_ALL
+          ? deps.runsAuth.checkStopAll(request.headers['x-windie-runs-control-key'], request.headers['x-windie-runs-key'])
+          : deps.runsAuth.check(request.headers['x-windie-runs-key']);
+    } catch (err) {
+      return done(err as Error);
+    }
+    done();
   });
   /** A workspace named in a body or query must be within the key's reach. */
   const requireWorkspace = (principal: Principal, workspaceId: string): void => {
