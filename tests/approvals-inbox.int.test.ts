@@ -392,3 +392,57 @@ describe('a worker killed while its approval waits', () => {
     expect((await api.post(`/api/approvals/${third.payload.approval_id}/decision`, { approved: false })).status).toBe(200);
   });
 });
+
+describe('an inbox log that refuses its append', () => {
+  it('changes nothing else: workers park and wake, session turns ask, go on and end, cancels answer 200', async () => {
+    // Workspace wsf is this test's alone. Its inbox log refuses every write (its meta key is the wrong type), as the
+    // workspace's slot would while its node fails over on a Cluster; the owners' slots still take their scripts.
+    const redis = new Redis(stack.redis.url);
+    try {
+      await redis.set(new KeyBuilder(stack.prefix).approvalInbox('wsf').meta, 'not a hash');
+    } finally {
+      redis.disconnect();
+    }
+    const api = httpClient(second, TEST_API_KEY);
+    const rules = { rules: [{ tool: 'calculate', action: 'ask', timeout_secs: 120 }] };
+
+    // A team worker parks, and the decision wakes it now, not at its 120 s deadline.
+    const taskId = await startTask('wsf', TEST_API_KEY, [calc('6*7')], { task: rules });
+    const taskAsk = await requestedAfter(taskId);
+    const decidedTask = await api.post<{ approval: Approval }>(`/api/approvals/${taskAsk.payload.approval_id}/decision`, { approved: true });
+    expect(decidedTask.status).toBe(200);
+    expect(decidedTask.body.approval.status).toBe('approved');
+    const events = await pollUntilTerminal(stack.url, taskId);
+    expect(events.at(-1)!.event_type).toBe('task_completed');
+    expect(resultOf(events)).toContain('42');
+
+    // A session's turn asks, and the decision enqueues its continuation.
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'wsf', approval_policy: rules });
+    const sessionId = created.body.session.session_id;
+    type Ev = { seq: number; event_type: string; payload: { stop_reason?: string; content?: string } };
+    const turnsEnded = async (count: number): Promise<Ev[]> => {
+      let log: Ev[] = [];
+      await waitUntil(`${count} session turn(s) to end`, async () => {
+        log = (await api.get<{ events: Ev[] }>(`/api/sessions/${sessionId}/events?limit=1000`)).body.events;
+        return log.filter((e) => e.event_type === 'turn_complete').length >= count;
+      });
+      return log.filter((e) => e.event_type === 'turn_complete');
+    };
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${calc('2+2')}` });
+    const sessionAsk = await pendingApprovalOf(second, 'wsf', sessionId);
+    expect((await api.post(`/api/approvals/${sessionAsk.approval_id}/decision`, { approved: true })).status).toBe(200);
+    expect((await turnsEnded(1)).map((e) => e.payload.stop_reason)).toEqual(['end_turn']);
+
+    // Abort with a prompt ends the asking turn and starts the prompt's.
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${calc('3+3')}` });
+    await pendingApprovalOf(second, 'wsf', sessionId);
+    expect((await api.post(`/api/sessions/${sessionId}/abort`, { prompt: { content: 'Say hi' } })).status).toBe(200);
+    expect((await turnsEnded(3)).map((e) => e.payload.stop_reason)).toEqual(['end_turn', 'cancelled', 'end_turn']);
+
+    // A task's cancel cancels its approval and answers 200.
+    const cancelled = await startTask('wsf', TEST_API_KEY, [calc('7*7')], { task: rules });
+    const cancelledAsk = await requestedAfter(cancelled);
+    expect((await api.post(`/api/tasks/${cancelled}/cancel`, { reason: 'enough' })).status).toBe(200);
+    expect((await api.get<{ approval: Approval }>(`/api/approvals/${cancelledAsk.payload.approval_id}`)).body.approval.status).toBe('cancelled');
+  });
+});

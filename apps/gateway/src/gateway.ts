@@ -69,7 +69,10 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const auth = new Authenticator({ apiKey: config.apiKey, workspaceKeys: config.workspaceKeys, devMode: config.devMode });
   // Operators' decisions and the cancels of tasks, turns and sessions are decided here; deadlines on the worker.
   const onApprovalDecided = approvalMetrics(metrics);
-  const approvalStore = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: onApprovalDecided });
+  const approvalStore = new ApprovalStore({
+    redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: onApprovalDecided,
+    onInboxFailed: (err, about) => logger.warn({ err: scrubError(err), about }, 'approvals inbox append failed: its log misses this transition'),
+  });
   const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({

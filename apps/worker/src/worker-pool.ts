@@ -46,7 +46,10 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const metrics = createMetricsRegistry('worker');
   // The worker decides approvals at their deadlines (team workers' and sessions'): those decisions count here.
-  const approvals = new ApprovalStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: approvalMetrics(metrics) });
+  const approvals = new ApprovalStore({
+    redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: approvalMetrics(metrics),
+    onInboxFailed: (err, about) => logger.warn({ err: scrubError(err), about }, 'approvals inbox append failed: its log misses this transition'),
+  });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvals });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const cancels = new CancelRegistry((taskId) => store.hasEnded(taskId));

@@ -130,6 +130,9 @@ export const APPROVAL_OWNER_KINDS: readonly ApprovalOwnerKind[] = ['task', 'sess
 /** Hears of approvals decided (approved, denied, expired or cancelled), each once: metrics. */
 export type ApprovalsDecided = (records: readonly ApprovalRecord[]) => void;
 
+/** Hears of an inbox append that failed after the owner's script had recorded the transition: logs. */
+export type InboxAppendFailed = (err: unknown, about: string) => void;
+
 /** Approval records, parked workers and workspace policies; every write is one Lua script. */
 export class ApprovalStore {
   readonly keys: KeyBuilder;
@@ -138,14 +141,16 @@ export class ApprovalStore {
   private readonly maxEvents: number;
   private readonly retentionSec: number;
   private readonly onDecided: ApprovalsDecided | undefined;
+  private readonly onInboxFailed: InboxAppendFailed | undefined;
 
-  constructor(opts: { redis: RedisClient; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number; onDecided?: ApprovalsDecided }) {
+  constructor(opts: { redis: RedisClient; keys?: KeyBuilder; maxEventsPerTask?: number; retentionSec?: number; onDecided?: ApprovalsDecided; onInboxFailed?: InboxAppendFailed }) {
     this.redis = opts.redis;
     this.keys = opts.keys ?? new KeyBuilder();
     this.scripts = scriptsOf(opts.redis);
     this.maxEvents = opts.maxEventsPerTask ?? 100_000;
     this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
     this.onDecided = opts.onDecided;
+    this.onInboxFailed = opts.onInboxFailed;
   }
 
   async getPolicy(workspaceId: string): Promise<ApprovalPolicy> {
@@ -237,17 +242,29 @@ export class ApprovalStore {
    * Tells the workspace's inbox log (and its pending index) about transitions the owner's script just recorded
    * (requested, decided, cancelled). Separate from that script because the inbox lives in the workspace's slot.
    * A decision the index took out now is reported to `onDecided` (a repeated announcement is not).
+   * Never throws: the transition stands (the record and the owner's log have it), and what follows it (waking the
+   * worker, enqueueing the turn's continuation, the caller's answer) must happen all the same. A failed append
+   * goes to `onInboxFailed`, and the inbox log misses that entry, as when the process dies between the two.
    */
   async announce(workspaceId: string, type: ApprovalInboxEvent['event_type'], records: readonly ApprovalRecord[]): Promise<void> {
     if (records.length === 0) return;
     const inbox = this.keys.approvalInbox(workspaceId);
-    const [[, decided]] = await Promise.all([
-      this.scripts.appendInbox(inbox.meta, inbox.events, this.keys.runsAppended(workspaceId), JSON.stringify(records.map((r) => [type, JSON.stringify(r)]))),
-      // The scrape finds the pending index through the workspaces set (tasks and runs add theirs; a session's here).
-      type === 'approval_requested' ? this.redis.sadd(this.keys.workspaces(), workspaceId) : undefined,
-    ]);
-    const counted = new Set(decided);
-    if (this.onDecided && counted.size > 0) this.onDecided(records.filter((r) => counted.has(r.approval_id)));
+    try {
+      const [[, decided]] = await Promise.all([
+        this.scripts.appendInbox(inbox.meta, inbox.events, this.keys.runsAppended(workspaceId), JSON.stringify(records.map((r) => [type, JSON.stringify(r)]))),
+        // The scrape finds the pending index through the workspaces set (tasks and runs add theirs; a session's here).
+        type === 'approval_requested' ? this.redis.sadd(this.keys.workspaces(), workspaceId) : undefined,
+      ]);
+      const counted = new Set(decided);
+      if (this.onDecided && counted.size > 0) this.onDecided(records.filter((r) => counted.has(r.approval_id)));
+    } catch (err) {
+      this.inboxFailed(err, `workspace ${workspaceId}`);
+    }
+  }
+
+  /** Reports an announcement that could not be made (`about`: whose); the session store's reads for one too. */
+  inboxFailed(err: unknown, about: string): void {
+    this.onInboxFailed?.(err, about);
   }
 
   /**

@@ -24,7 +24,7 @@ export interface SessionStoreOptions {
    * decides or cancels, right after that script (the inbox lives in another slot). Without it, a session's
    * approvals stay in its own log.
    */
-  inbox?: Pick<ApprovalStore, 'announce'>;
+  inbox?: Pick<ApprovalStore, 'announce' | 'inboxFailed'>;
 }
 
 /** One step of a running turn, committed atomically and fenced by the attempt's lease (lua/commitTurn-4.lua). */
@@ -379,19 +379,26 @@ export class SessionStore {
     const pendingBefore = (await this.turnCalls(sessionId)).filter((c) => c.approval?.status === 'pending');
     const out = await end();
     if (pendingBefore.length === 0) return out;
-    const after = new Map((await this.turnCalls(sessionId)).map((c) => [c.tool_call_id, c]));
+    // What the script did stands: a failed read here only leaves the inbox without the cancels (see announce).
+    const after = await this.turnCalls(sessionId).catch((err: unknown) => this.inbox!.inboxFailed(err, `session ${sessionId}`));
+    if (!after) return out;
+    const byCall = new Map(after.map((c) => [c.tool_call_id, c]));
     const cancelled = pendingBefore.map((c): ClientCall => {
       // A prompt's new turn clears the calls: the record then ends as the cancel left it.
-      const now = after.get(c.tool_call_id);
+      const now = byCall.get(c.tool_call_id);
       return now?.approval ? now : { ...c, approval: { ...c.approval!, status: 'cancelled', decided_by: '', decided_at: Date.now() } };
     }).filter((c) => c.approval?.status === 'cancelled');
     await this.announce(sessionId, 'approval_decided', cancelled);
     return out;
   }
 
+  /**
+   * Tells the inbox after a script recorded these transitions. Never throws (ApprovalStore.announce): the turn's
+   * continuation and the caller's answer follow the script, whatever became of the announcement.
+   */
   private async announce(sessionId: string, type: 'approval_requested' | 'approval_decided', calls: readonly ClientCall[]): Promise<void> {
     if (!this.inbox || calls.length === 0) return;
-    const head = await this.sessionHead(sessionId);
+    const head = await this.sessionHead(sessionId).catch((err: unknown) => this.inbox!.inboxFailed(err, `session ${sessionId}`));
     if (head) await this.inbox.announce(head.workspace_id, type, calls.map((c) => approvalView(head.workspace_id, sessionId, c)));
   }
 
