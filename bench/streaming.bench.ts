@@ -3,7 +3,8 @@
 // at 1 and at 100 concurrent sessions. Per turn: the first text delta after the message was sent, and each model
 // chunk's lag (its arrival minus the time the model's chunk_delay pacing scheduled it at; a chunk held back by
 // delta coalescing shows its wait). Redis commands and scripts per Cadre turn come from INFO commandstats of the
-// gateway's own redis-server. Gateway, worker pool, scripted model and both clients (bench/load/stream-client.ts)
+// gateway's own redis-server; CPU time per Cadre turn of the gateway, the worker and that Redis from /proc (the
+// figures load moves least). Gateway, worker pool, scripted model and both clients (bench/load/stream-client.ts)
 // are processes of their own; rounds alternate raw, cadre.
 //
 //   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
@@ -12,7 +13,7 @@ import { BENCH_API_KEY, GATEWAY_FLAGS_EXPERIMENT, PROBE, spawnGateway, startPriv
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
-import { spawnNode, type Message } from './support/procs.ts';
+import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, median, range, type Sample } from './support/rounds.ts';
@@ -33,6 +34,8 @@ interface Figures {
   deltas_per_turn: number;
   redis_commands_per_turn?: number;
   redis_scripts_per_turn?: number;
+  /** CPU time (user + system, from /proc) per Cadre turn of each process on its path: load moves it far less than latency. */
+  cpu_ms_per_turn?: { gateway: number; worker: number; redis: number };
 }
 
 async function main(): Promise<void> {
@@ -54,8 +57,11 @@ async function main(): Promise<void> {
     const run = async (side: typeof raw, sessions: number, withRedis: boolean): Promise<Figures> => {
       const turns = TURNS[sessions] ?? 2;
       if (withRedis) await stats.reset();
+      const cpu = (): number[] => [gateway.child.cpuSeconds(), worker.cpuSeconds(), cpuSecondsOf(redis.pid)];
+      const cpuBefore = cpu();
       side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
       const done = await side.next<Message & { first: string; lags: string; turns: number; deltas: number }>('done', 120_000);
+      const cpuUsed = cpu().map((s, i) => round(((s - cpuBefore[i]!) * 1000) / done.turns, 2));
       const first = base64ToF64(done.first);
       const figures: Figures = {
         sessions, turns: done.turns, first_delta: summarize(first), chunk_lag: summarize(base64ToF64(done.lags)), deltas_per_turn: round(done.deltas / done.turns, 1),
@@ -64,6 +70,7 @@ async function main(): Promise<void> {
         const calls = await stats.counts();
         figures.redis_commands_per_turn = round(totalCalls(calls) / done.turns, 1);
         figures.redis_scripts_per_turn = round(((calls.evalsha ?? 0) + (calls.eval ?? 0)) / done.turns, 1);
+        figures.cpu_ms_per_turn = { gateway: cpuUsed[0]!, worker: cpuUsed[1]!, redis: cpuUsed[2]! };
       }
       return figures;
     };
@@ -75,9 +82,9 @@ async function main(): Promise<void> {
       progress(`${sessions} concurrent session(s)`);
       samples.push(...(await alternate(ROUNDS, { raw: () => run(raw, sessions, false), cadre: () => run(cadre, sessions, true) })));
     }
-    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'load']];
+    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'cpu ms/turn gw', 'worker', 'redis', 'load']];
     for (const s of samples) {
-      rows.push([s.sessions, s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.load.loadavg[0]!]);
+      rows.push([s.sessions, s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.cpu_ms_per_turn?.gateway ?? '—', s.cpu_ms_per_turn?.worker ?? '—', s.cpu_ms_per_turn?.redis ?? '—', s.load.loadavg[0]!]);
     }
     printTable(`Streaming: StreamSession vs the same stream read with openai (${PROMPT.length} chars, chunk_delay ${CHUNK_DELAY_MS} ms)`, rows);
     const added: Record<string, unknown> = {};
