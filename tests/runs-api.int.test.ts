@@ -189,5 +189,19 @@ describe('runs API: the original contract', () => {
       }
     }
   });
-});
 
+  it('sends heartbeats over a connection of their own, not autopipelined with the gateway\'s other commands', async () => {
+    for (let i = 0; i < 2; i++) expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-conn', worker_id: 'vm', status: 'ready' })).status).toBe(200);
+    // The last command of each connection by name, on every node (a Cluster client has one per master).
+    const redis = stack.redis.connect();
+    try {
+      const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+      const lists = await Promise.all(nodes.map((node) => node.client('LIST') as Promise<string>));
+      const lastCommands = lists.flatMap((list) => list.split('\n')).filter((line) => line.includes(' name=cadre-gateway-heartbeats ')).map((line) => /\bcmd=(\S+)/.exec(line)?.[1]);
+      // The second heartbeat's script ran by its SHA (the first may have had to load it).
+      expect(lastCommands).toContain('evalsha');
+    } finally {
+      redis.disconnect();
+    }
+  });
+});

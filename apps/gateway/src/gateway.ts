@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram } from 'prom-client';
 import { awaitWithin } from '@cadre/lifecycle';
 import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppended } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppendedOver } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
@@ -46,6 +46,8 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
   const redis = connectRedis(config.redis, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
   const bullConnection = connectRedis(config.redis, 'cadre-gateway-queue', { onError: onRedisError });
+  // VM agents' heartbeats: one script call each, sent at once rather than batched (see RunStoreOptions).
+  const heartbeatRedis = connectRedis(config.redis, 'cadre-gateway-heartbeats', { onError: onRedisError });
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
@@ -76,7 +78,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
-    redis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
+    redis, heartbeatRedis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
     workerTtlMs: config.runsWorkerTtlMs, maxAttempts: config.runsMaxAttempts, onDecided: onApprovalDecided,
   });
   const runs = new RunService({
@@ -121,8 +123,9 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   });
   new Gauge({ name: 'cadre_watchers', help: 'Open event watchers (gRPC and SSE) in this process', registers: [metrics], collect() { this.set(fanout.watcherCount()); } });
   new Gauge({ name: 'cadre_sse_streams', help: 'Open SSE streams', registers: [metrics], collect() { this.set(sse.count()); } });
-  // Task creations, run relays and control, session inputs, approvals: every store here appends through `redis`.
-  eventsAppendedMetric(metrics, () => eventsAppended(redis));
+  // Task creations, run relays and control, session inputs, approvals append through `redis`; heartbeats (a run's
+  // assignment, lost leases) through `heartbeatRedis`.
+  eventsAppendedMetric(metrics, () => eventsAppendedOver([redis, heartbeatRedis]));
   new Counter({ name: 'cadre_fanout_notifications_total', help: 'Append notifications heard on the shard channels of the logs this gateway watches', registers: [metrics], collect() { this.reset(); this.inc(fanout.appendsSeen); } });
   new Gauge({ name: 'cadre_fanout_channels', help: 'Shard channels this gateway is subscribed to (one per watched task or session, one per workspace with watched runs)', registers: [metrics], collect() { this.set(fanout.subscribedChannels()); } });
   new Counter({ name: 'cadre_fanout_tail_reads_total', help: 'Redis reads made by shared event tails', registers: [metrics], collect() { this.reset(); this.inc(fanout.tailReads); } });
@@ -211,6 +214,6 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     // Fastify closes only servers it listened on itself; this one was handed its connections.
     http.server.closeAllConnections();
     await Promise.all([queue.close(), sessionQueue.close()]);
-    await Promise.all([redis.quit().catch(() => undefined), bullConnection.quit().catch(() => undefined)]);
+    await Promise.all([redis, bullConnection, heartbeatRedis].map((c) => c.quit().catch(() => undefined)));
   }
 }

@@ -24,6 +24,12 @@ import {
 
 export interface RunStoreOptions {
   redis: RedisClient;
+  /**
+   * The connection heartbeats go over (default `redis`). The gateway gives them one without autopipelining: a
+   * heartbeat is one script call that waits on nothing else, and an autopipelined call costs a pipeline and its
+   * promises per batch, about 1.5 KB of garbage per heartbeat (bench/heartbeat-cost.ts).
+   */
+  heartbeatRedis?: RedisClient;
   keys: KeyBuilder;
   retentionSec?: number;
   maxEventsPerRun?: number;
@@ -57,6 +63,7 @@ export class RunStore {
   readonly keys: KeyBuilder;
   readonly redis: RedisClient;
   private readonly scripts: StoreScripts;
+  private readonly heartbeatScripts: StoreScripts;
   private readonly retentionSec: number;
   private readonly maxEvents: number;
   readonly workerTtlMs: number;
@@ -74,6 +81,7 @@ export class RunStore {
     this.redis = opts.redis;
     this.keys = opts.keys;
     this.scripts = scriptsOf(opts.redis);
+    this.heartbeatScripts = opts.heartbeatRedis ? scriptsOf(opts.heartbeatRedis) : this.scripts;
     this.retentionSec = opts.retentionSec ?? DEFAULT_RETENTION_SEC;
     this.maxEvents = opts.maxEventsPerRun ?? 100_000;
     this.workerTtlMs = opts.workerTtlMs ?? 30_000;
@@ -204,7 +212,7 @@ export class RunStore {
   async heartbeat(input: HeartbeatInput, acked: string[] | undefined): Promise<HeartbeatResult> {
     // Unset strings travel as '' (Lua's cjson turns JSON null into a value that is truthy there).
     const worker = { ...input, vm_id: input.vm_id ?? '', user_id: input.user_id ?? '', session_id: input.session_id ?? '', agent_id: input.agent_id ?? '' };
-    const raw = await this.scripts.heartbeat(
+    const raw = await this.heartbeatScripts.heartbeat(
       ...this.route(input.workspace_id),
       JSON.stringify(worker),
       this.workerTtlMs,
@@ -408,19 +416,21 @@ function toRunWorker(w: Record<string, unknown>): RunWorker {
 /** Lua's cjson writes an empty object as []: read objects defensively. */
 const objectOr = (v: unknown): Record<string, unknown> => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {});
 
+/** A worker field the script sends as '' when unset. */
+const setOrNull = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
 function toVmWorker(w: Record<string, unknown>): VmWorker {
-  const s = (k: string): string | null => (typeof w[k] === 'string' && w[k] !== '' ? (w[k] as string) : null);
   return {
     worker_id: w.worker_id as string,
     workspace_id: w.workspace_id as string,
-    vm_id: s('vm_id'),
-    user_id: s('user_id'),
-    session_id: s('session_id'),
-    agent_id: s('agent_id'),
+    vm_id: setOrNull(w.vm_id),
+    user_id: setOrNull(w.user_id),
+    session_id: setOrNull(w.session_id),
+    agent_id: setOrNull(w.agent_id),
     status: w.status as string,
     metadata: objectOr(w.metadata),
     last_heartbeat_at: iso(w.last_heartbeat_at as number)!,
-    current_run_id: s('run_id'),
+    current_run_id: setOrNull(w.run_id),
   };
 }
 

@@ -69,6 +69,13 @@ export function eventsAppended(redis: RedisClient): Readonly<Record<EventLog, nu
   return counts;
 }
 
+/** eventsAppended summed over a process's connections (the gateway sends heartbeats over one of their own). */
+export function eventsAppendedOver(connections: readonly RedisClient[]): Record<EventLog, number> {
+  const sum = Object.fromEntries(EVENT_LOGS.map((log) => [log, 0])) as Record<EventLog, number>;
+  for (const redis of connections) for (const log of EVENT_LOGS) sum[log] += eventsAppended(redis)[log];
+  return sum;
+}
+
 let cached: ScriptSource[] | undefined;
 
 const shaOf = (source: ScriptSource): string => createHash('sha1').update(source.lua).digest('hex');
@@ -158,7 +165,7 @@ export function scriptsOf(redis: RedisClient): StoreScripts {
       const script = { ...source, sha: shaOf(source) };
       return [source.name, async (...args: ScriptArg[]) => {
         const reply = await run(redis, script, args);
-        EVENT_LOGS.forEach((log, i) => (counts[log] += reply[i] as number));
+        for (let i = 0; i < EVENT_LOGS.length; i++) counts[EVENT_LOGS[i]!] += reply[i] as number;
         return reply[EVENT_LOGS.length] ?? null;
       }];
     })) as unknown as StoreScripts;
