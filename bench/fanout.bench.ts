@@ -8,7 +8,7 @@
 //   npm exec -- node bench/fanout.bench.ts
 import { KeyBuilder, type TaskStore } from '@cadre/store';
 import { base64ToF64 } from './support/child.ts';
-import { benchStore, createLiveTask, finishLiveTask, newPrefix, profiledWindow, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
+import { GATEWAY_FLAGS_EXPERIMENT, benchStore, createLiveTask, finishLiveTask, newPrefix, profiledWindow, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
@@ -42,6 +42,11 @@ interface Phase {
   tail_reads?: number;
   /** Events the gateway's tail took from the append notifications that carried them (no read). */
   entries_carried?: number;
+  /**
+   * Deliveries a watcher took late from its buffer because its stream was full (write() returned false): the lag
+   * histogram's observations minus the events (the tail observes each event once, and each late delivery once).
+   */
+  late_deliveries?: number;
   redis_commands?: number;
 }
 
@@ -125,6 +130,7 @@ async function cadre(b: Bench, mode: 'grpc' | 'xread'): Promise<Phase> {
     ...(before && after && {
       tail_reads: (after.cadre_fanout_tail_reads_total ?? NaN) - (before.cadre_fanout_tail_reads_total ?? NaN),
       entries_carried: (after.cadre_fanout_entries_carried_total ?? NaN) - (before.cadre_fanout_entries_carried_total ?? NaN),
+      late_deliveries: (after.cadre_fanout_lag_seconds_count ?? NaN) - (before.cadre_fanout_lag_seconds_count ?? NaN) - COUNT,
     }),
     redis_commands: totalCalls(counts),
   };
@@ -191,9 +197,12 @@ async function main(): Promise<void> {
     note(`p99: cadre ${range(p99('cadre'))} ms (goal ≤ 10 ms), ceiling ${range(p99('ceiling'))} ms, raw XREAD ${range(p99('raw_xread'))} ms`);
     note(`stream reads per event at ${WATCHERS} readers: cadre ${range(readsPerEvent('cadre'), 2)} (one shared tail), raw XREAD ${range(readsPerEvent('raw_xread'), 1)}`);
     note(`events the gateway's tail took from their notifications, no read: ${range(of('cadre').map((s) => s.entries_carried! / s.events), 3)} of those appended`);
+    note(`deliveries taken late from a watcher's buffer (its stream was full): ${range(of('cadre').map((s) => s.late_deliveries! / s.deliveries), 3)} of all`);
     const early = samples.find((s) => s.early_status);
     if (early) note(`closed early: e.g. ${early.side} round ${early.round}: ${early.early_status}`);
     saveResults('fanout', {
+      // spawnGateway applies BENCH_GATEWAY_FLAGS: such a run is an experiment, kept out of the summary's ranges.
+      ...(GATEWAY_FLAGS_EXPERIMENT ? { gateway_node_args: ['(replacing the shipped flags)', ...GATEWAY_FLAGS_EXPERIMENT] } : {}),
       watchers: WATCHERS, rate: RATE, seconds: SECONDS, grpc_channels: CHANNELS, rounds: ROUNDS, samples,
       summary: {
         cadre_deliveries_per_cpu_s: of('cadre').map((s) => s.deliveries_per_server_cpu_s), ceiling_deliveries_per_cpu_s: of('ceiling').map((s) => s.deliveries_per_server_cpu_s),
