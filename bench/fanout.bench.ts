@@ -43,10 +43,11 @@ interface Phase {
   /** Events the gateway's tail took from the append notifications that carried them (no read). */
   entries_carried?: number;
   /**
-   * Deliveries a watcher took late from its buffer because its stream was full (write() returned false): the lag
-   * histogram's observations minus the events (the tail observes each event once, and each late delivery once).
+   * Batches of events watchers took late from their buffers because their streams were full (write() returned
+   * false): the lag histogram's observations minus the events (the tail observes each event once, a watcher each
+   * late batch once).
    */
-  late_deliveries?: number;
+  late_batches?: number;
   redis_commands?: number;
 }
 
@@ -130,7 +131,7 @@ async function cadre(b: Bench, mode: 'grpc' | 'xread'): Promise<Phase> {
     ...(before && after && {
       tail_reads: (after.cadre_fanout_tail_reads_total ?? NaN) - (before.cadre_fanout_tail_reads_total ?? NaN),
       entries_carried: (after.cadre_fanout_entries_carried_total ?? NaN) - (before.cadre_fanout_entries_carried_total ?? NaN),
-      late_deliveries: (after.cadre_fanout_lag_seconds_count ?? NaN) - (before.cadre_fanout_lag_seconds_count ?? NaN) - COUNT,
+      late_batches: (after.cadre_fanout_lag_seconds_count ?? NaN) - (before.cadre_fanout_lag_seconds_count ?? NaN) - COUNT,
     }),
     redis_commands: totalCalls(counts),
   };
@@ -197,7 +198,7 @@ async function main(): Promise<void> {
     note(`p99: cadre ${range(p99('cadre'))} ms (goal ≤ 10 ms), ceiling ${range(p99('ceiling'))} ms, raw XREAD ${range(p99('raw_xread'))} ms`);
     note(`stream reads per event at ${WATCHERS} readers: cadre ${range(readsPerEvent('cadre'), 2)} (one shared tail), raw XREAD ${range(readsPerEvent('raw_xread'), 1)}`);
     note(`events the gateway's tail took from their notifications, no read: ${range(of('cadre').map((s) => s.entries_carried! / s.events), 3)} of those appended`);
-    note(`deliveries taken late from a watcher's buffer (its stream was full): ${range(of('cadre').map((s) => s.late_deliveries! / s.deliveries), 3)} of all`);
+    note(`batches taken late from a watcher's buffer (its stream was full), per delivery: ${range(of('cadre').map((s) => s.late_batches! / s.deliveries), 3)}`);
     const early = samples.find((s) => s.early_status);
     if (early) note(`closed early: e.g. ${early.side} round ${early.round}: ${early.early_status}`);
     saveResults('fanout', {

@@ -53,9 +53,10 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const metrics = createMetricsRegistry('gateway');
   // Append (the event's timestamp, Redis's clock) → written to live watchers' streams: once per event per tail,
-  // after its write to the last caught-up watcher, and once per watcher that takes it late from its buffer (a full
-  // stream). Not per delivery: a parse and an observe for each of 100 watchers were 9% of a fan-out's CPU.
-  const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to live watchers (gRPC or SSE): once per event per tail after the last caught-up watcher, once per late delivery from a watcher\'s buffer', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
+  // after its write to the last caught-up watcher, and once per batch a watcher takes late from its buffer (a full
+  // stream; the batch's oldest event). Not per delivery: a parse and an observe for each of 100 watchers were 9%
+  // of a fan-out's CPU. A for-await reader (a session's stream) reports each event it takes.
+  const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to live watchers (gRPC or SSE): once per event per tail after the last caught-up watcher, once per late batch from a watcher\'s buffer (its oldest event)', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
   const fanout = new EventFanout({
     keys,
     subscriber: connectRedis(config.redis, 'cadre-gateway-sub', { shardedSubscriber: true, onError: onRedisError }),

@@ -77,8 +77,9 @@ export interface FanoutOptions {
   /**
    * Live events (pushed by a tail, not read while catching up) as they reach watchers: once per event per tail
    * after the tail has written it to every caught-up watcher's stream (after the last of them; not once per
-   * watcher, which cost a timestamp parse and a histogram observe per delivery), and once per delivery for a
-   * watcher that takes it later from its buffer (its stream was full).
+   * watcher, which cost a timestamp parse and a histogram observe per delivery); and for a watcher that takes
+   * them later from its buffer (its stream was full), once per batch pipeTo writes — the batch's oldest event,
+   * after the batch's last write — or once per event a for-await reader takes.
    */
   onLiveDelivery?: (event: LoggedEvent) => void;
   /**
@@ -450,6 +451,8 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   private knownHead = 0;
 
   private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
+  /** The first event taken late from the live buffer since the last lag report. */
+  private lateFrom: E | undefined;
 
   /** `start`: the events after `afterSeq` the tail already holds (from the next one on): no first read then. */
   constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLiveDelivery?: (event: LoggedEvent) => void, start?: E[]) {
@@ -522,6 +525,13 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   }
 
   async next(): Promise<IteratorResult<E>> {
+    const result = await this.advance();
+    this.reportLate();
+    return result;
+  }
+
+  /** next() without the lag report: pipeTo reports once per batch it writes. */
+  private async advance(): Promise<IteratorResult<E>> {
     while (true) {
       if (this.error) {
         const error = this.error;
@@ -565,7 +575,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
    */
   async pipeTo(write: (event: E) => boolean, writable: () => Promise<void>): Promise<void> {
     for (;;) {
-      const first = await this.next();
+      const first = await this.advance();
       if (first.done) return;
       let open = write(first.value);
       while (open) {
@@ -573,6 +583,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
         if (!event) break;
         open = write(event);
       }
+      this.reportLate();
       if (!open) {
         await writable();
         continue;
@@ -609,8 +620,16 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     while (this.live.length > 0 && this.live[0]!.seq < want) this.live.shift();
     if (this.live[0]?.seq !== want) return undefined;
     const event = this.live.shift()!;
-    this.onLiveDelivery?.(event);
+    this.lateFrom ??= event;
     return event;
+  }
+
+  /** The oldest live event taken from the buffer since the last report, reported now (its lag is the batch's largest). */
+  private reportLate(): void {
+    const event = this.lateFrom;
+    if (!event) return;
+    this.lateFrom = undefined;
+    this.onLiveDelivery?.(event);
   }
 
   private waitForPush(): Promise<void> {
