@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { loadText } from './support/machine.ts';
 import { RESULTS_FILE } from './support/report.ts';
 
-const ALL = ['fanout', 'overhead', 'heartbeat', 'cancel', 'memory', 'parking', 'approvals', 'streaming', 'rpc', 'ws'];
+const ALL = ['fanout', 'overhead', 'submit', 'heartbeat', 'cancel', 'memory', 'parking', 'approvals', 'streaming', 'rpc', 'ws'];
 const BENCHES = process.argv.length > 2 ? process.argv.slice(2) : ALL;
 const here = (file: string): string => fileURLToPath(new URL(file, import.meta.url));
 const runId = `suite-${new Date().toISOString()}`;

@@ -52,6 +52,11 @@ if (oh.length) {
   rows.push(['submit p99 (ms)', 'report', r(all(oh, 'cadre_submit_p99_ms')), `flow.add ${r(all(oh, 'raw_submit_p99_ms'))}`, '-', runsText(oh)]);
   rows.push(['one-worker tasks/s', '≥ 0.5× raw', r(all(oh, 'cadre_tasks_per_s')), `raw ${r(all(oh, 'raw_tasks_per_s'))}`, `×${r(all(oh, 'throughput_ratio'), 2)}`, runsText(oh)]);
 }
+const sb = runsOf('submit');
+if (sb.length) {
+  rows.push(['gateway CPU per POST /api/tasks (ms), alone, 1 | 8 in flight', 'report, cut', `${r(all(sb, 'post_1_gateway_cpu_ms'), 2)} | ${r(all(sb, 'post_8_gateway_cpu_ms'), 2)}`, `GET of a task ${r(all(sb, 'get_1_gateway_cpu_ms'), 2)}; refused POST ${r(all(sb, 'refused_1_gateway_cpu_ms'), 2)}; /healthz ${r(all(sb, 'healthz_1_gateway_cpu_ms'), 2)}`, '-', runsText(sb)]);
+  rows.push(['Redis commands per POST /api/tasks (scripts\' own included)', 'report, cut', r(all(sb, 'post_1_redis_commands'), 0), '-', '-', runsText(sb)]);
+}
 const fo = runsOf('fanout');
 if (fo.length) {
   rows.push(['fan-out deliveries per serving CPU-second, 100 × 200 ev/s', '≥ 0.7× ceiling', r(all(fo, 'cadre_deliveries_per_cpu_s'), 0), `bare grpc-js broadcaster ${r(all(fo, 'ceiling_deliveries_per_cpu_s'), 0)}`, `×${r(all(fo, 'efficiency_ratio'), 2)}`, runsText(fo)]);

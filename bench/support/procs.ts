@@ -10,12 +10,18 @@ const CLOCK_TICKS = 100;
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const MARK = '@@bench ';
 
-/** CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat. */
-export function cpuSecondsOf(pid: number): number {
+/** CPU seconds a process has used so far in user space and in the kernel, from /proc/<pid>/stat. */
+export function cpuTimesOf(pid: number): { user: number; system: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   // Fields after the command name (which may hold spaces): utime and stime are the 14th and 15th overall.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS;
+  return { user: Number(rest[11]) / CLOCK_TICKS, system: Number(rest[12]) / CLOCK_TICKS };
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat. */
+export function cpuSecondsOf(pid: number): number {
+  const { user, system } = cpuTimesOf(pid);
+  return user + system;
 }
 
 /** VmRSS and VmHWM (peak) in MB, from /proc. */
