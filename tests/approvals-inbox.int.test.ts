@@ -3,7 +3,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TEST_API_KEY, assertContiguous, httpClient, pollUntilTerminal, runsCall, waitForEvent, waitUntil } from '@cadre/testing';
+import { TEST_API_KEY, assertContiguous, grpcClient, httpClient, pollUntilTerminal, runsCall, waitForEvent, waitUntil, watchTeam } from '@cadre/testing';
 import type { TeamEvent } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -113,6 +113,7 @@ async function readInbox(base: string, key: string, query: string, count: number
 describe('approvals inbox', () => {
   it('an approval with a modifier runs the tool with the amended arguments; a modifier the tool refuses is a 400 and writes nothing', async () => {
     const taskId = await startTask('wsc', KEY_C, [calc('6*7')]);
+    const watching = watchTeam(grpcClient(stack.grpcTarget), { taskId }, KEY_C);
     const ask = await requestedAfter(taskId);
     const api = httpClient(second, KEY_C);
     const url = `/api/approvals/${ask.payload.approval_id}/decision`;
@@ -130,6 +131,9 @@ describe('approvals inbox', () => {
     expect((events.find((e) => e.event_type === 'worker_approval_resolved') as Resolved).payload).toMatchObject({ approved: true, modifier: '{"expression":"5*5"}' });
     expect(resultOf(events)).toContain('25');
     expect(resultOf(events)).not.toContain('42');
+    // WatchTeam tag 8 carries the modifier as roz's Struct, over a real grpc-js client.
+    const eight = (await watching).events.find((e) => e.event?.$case === 'workerApprovalResolved');
+    expect(eight?.event).toEqual({ $case: 'workerApprovalResolved', value: { workerId: 'calc-1', taskId, approvalId: ask.payload.approval_id, approved: true, modifier: { expression: '5*5' } } });
   });
 
   it('approved for the rest of the task: the same tool and arguments no longer ask, other arguments still do', async () => {
@@ -243,6 +247,49 @@ describe('approvals inbox', () => {
     expect((await readInbox(stack.url, KEY_D, 'workspace_id=wsd', 0, { 'last-event-id': 'x' })).status).toBe(400);
     expect((await readInbox(stack.url, KEY_D, 'workspace_id=wsd&after_seq=99', 0)).status).toBe(410);
     expect((await readInbox(stack.url, KEY_C, 'workspace_id=wsd', 0)).status).toBe(403);
+  });
+
+  it("bulk decisions by ids: another workspace's session and VM run approvals are not_found, and nothing changes", async () => {
+    // Workspace wsr (the operator key's) owns a session's pending approval and a VM run's; KEY_C reaches only wsc.
+    const owner = httpClient(stack.url, TEST_API_KEY);
+    const created = await owner.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'wsr', approval_policy: ASK_CALC });
+    const sessionId = created.body.session.session_id;
+    await owner.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${calc('2+2')}` });
+    const sessionAsk = (await pendingApprovalOf(stack.url, 'wsr', sessionId)).approval_id;
+    expect((await owner.request('PUT', '/api/workspaces/wsr/approval-policy', { rules: [{ tool: 'shell', action: 'ask' }] })).status).toBe(200);
+    const run = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: 'wsr', query: 'list files' });
+    const hb = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/workers/heartbeat', { workspace_id: 'wsr', worker_id: 'vm-1', status: 'ready', metadata: {} });
+    const assigned = hb.body.assigned_run as { run_id: string; lease_id: string };
+    expect(assigned.run_id).toBe(run.body.run.run_id);
+    const proposed = await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${assigned.run_id}/approvals`, {
+      worker_id: 'vm-1', lease_id: assigned.lease_id, calls: [{ call_id: 'c1', tool_name: 'shell', arguments: '{"command":"ls"}' }],
+    });
+    const runAsk = (proposed.body.verdicts as { action: string; approval_id: string }[])[0]!;
+    expect(runAsk.action).toBe('ask');
+
+    const foreign = await httpClient(second, KEY_C).post<{ results: BulkResult[] }>('/api/approvals/decisions', { ids: [sessionAsk, runAsk.approval_id], approved: true });
+    expect(foreign.status).toBe(200);
+    expect(foreign.body.results).toEqual([
+      { approval_id: sessionAsk, outcome: 'not_found', error: `approval ${sessionAsk} not found` },
+      { approval_id: runAsk.approval_id, outcome: 'not_found', error: `approval ${runAsk.approval_id} not found` },
+    ]);
+    // Nothing changed: both still pending, and neither owner's log heard of a decision.
+    for (const id of [sessionAsk, runAsk.approval_id]) {
+      expect((await owner.get<{ approval: Approval }>(`/api/approvals/${id}`)).body.approval).toMatchObject({ status: 'pending' });
+    }
+    const sessionLog = await owner.get<{ events: { event_type: string }[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
+    expect(sessionLog.body.events.map((e) => e.event_type)).toContain('approval_requested');
+    expect(sessionLog.body.events.map((e) => e.event_type)).not.toContain('approval_resolved');
+    const runLog = await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${assigned.run_id}/events`);
+    const runTypes = (runLog.body.events as { event_type: string }[]).map((e) => e.event_type);
+    expect(runTypes).toContain('approval-requested');
+    expect(runTypes).not.toContain('approval-resolved');
+
+    // The owner decides them; a second decision is 409 for either kind.
+    for (const id of [sessionAsk, runAsk.approval_id]) {
+      expect((await owner.post(`/api/approvals/${id}/decision`, { approved: false })).status).toBe(200);
+      expect((await owner.post(`/api/approvals/${id}/decision`, { approved: true })).status).toBe(409);
+    }
   });
 
   it('stop-all cancels the pending approvals of the workspace\'s tasks', async () => {

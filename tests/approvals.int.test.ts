@@ -1,7 +1,7 @@
-import { Queue } from 'bullmq';
-import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
+import { Job, Queue } from 'bullmq';
+import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, waitForEvent, watchTeam } from '@cadre/testing';
+import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, waitForEvent, waitUntil, watchTeam } from '@cadre/testing';
 import type { TeamEvent } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
@@ -170,6 +170,49 @@ describe('tool approvals for team workers', () => {
     expect(done.payload.result).toContain('one is enough');
     const all = (await api.get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=wsa&task_id=${taskId}`)).body.approvals;
     expect(all.map((a) => a.status)).toEqual(['approved', 'denied']);
+  });
+
+  it('two calls of one model answer that ask: each gets its own record, in the model\'s order; the worker waits for both', async () => {
+    const api = httpClient(stack.url, KEY_A);
+    const created = await api.post<{ task: { task_id: string } }>('/api/tasks', {
+      workspace_id: 'wsa',
+      goal: 'Two sums',
+      team: {
+        workers: [{ role: 'calc', instructions: `Compute. [[scripted:parallel]] [[scripted:call=calculate({"expression":"1+1"})]] [[scripted:call=calculate({"expression":"2+3"})]]`, tools: ['calculate'] }],
+        approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] },
+      },
+    });
+    const taskId = created.body.task.task_id;
+    let pending: (Approval & { order: number })[] = [];
+    await waitUntil('both calls to ask', async () => {
+      pending = (await api.get<{ approvals: typeof pending }>(`/api/approvals?workspace_id=wsa&task_id=${taskId}&status=pending`)).body.approvals;
+      return pending.length === 2;
+    });
+    expect(pending.map((a) => [a.order, a.arguments])).toEqual([[0, '{"expression":"1+1"}'], [1, '{"expression":"2+3"}']]);
+    expect(new Set(pending.map((a) => a.approval_id)).size).toBe(2);
+
+    // The second decided first: the parked worker's job stays delayed (nothing promotes it) until the first is decided too.
+    const redis = stack.redis.connect();
+    const queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+    try {
+      const state = async () => (await Job.fromId(queue, agentJobId(taskId, 'calc-1')))!.getState();
+      await expect.poll(state).toBe('delayed');
+      expect((await httpClient(second, KEY_A).post(`/api/approvals/${pending[1]!.approval_id}/decision`, { approved: true })).status).toBe(200);
+      expect(await state()).toBe('delayed');
+    } finally {
+      await queue.close();
+      redis.disconnect();
+    }
+    expect((await httpClient(second, KEY_A).post(`/api/approvals/${pending[0]!.approval_id}/decision`, { approved: false, reason: 'not that one' })).status).toBe(200);
+
+    const events = await pollUntilTerminal(stack.url, taskId);
+    const calc = events.filter((e) => e.worker_id === 'calc-1');
+    expect(calc.filter((e) => e.event_type === 'worker_approval_requested').map((e) => (e as Requested).payload.arguments)).toEqual(['{"expression":"1+1"}', '{"expression":"2+3"}']);
+    expect(calc.filter((e) => e.event_type === 'worker_approval_resolved').map((e) => (e as Resolved).payload.status)).toEqual(['approved', 'denied']);
+    // One model answer asked both; the next one (turn 2) saw both outcomes, in the model's order.
+    expect(calc.filter((e) => e.event_type === 'worker_phase').map((e) => (e.payload as { turn: number }).turn)).toEqual([1, 2]);
+    const done = calc.find((e) => e.event_type === 'worker_completed') as Extract<TeamEvent, { event_type: 'worker_completed' }>;
+    expect(done.payload.result).toMatch(/using 2 tool result\(s\): error: tool call denied: not that one; 5/);
   });
 
   it("another workspace's key sees 404 and cannot decide; bad input is a 400", async () => {

@@ -179,6 +179,35 @@ describe('kontekst AgentService.Run', () => {
     run.close();
   }, 90_000);
 
+  it('the model\'s reasoning streams as ReasoningDelta and ends up in TurnCompleted and RunCompleted', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: 'Think first [[scripted:think=Let me add these up carefully]]', sessionId: '', agentName: '', workingDir: '' } });
+    const completed = await run.waitFor('completed');
+    expect(run.of('reasoning').map((r) => r.text).join('')).toBe('Let me add these up carefully');
+    expect(completed.reasoning).toBe('Let me add these up carefully');
+    expect(run.of('turnCompleted').at(-1)!.reasoning).toBe('Let me add these up carefully');
+    // Reasoning comes before the answer's text, as the model streamed it.
+    const cases = run.cases();
+    expect(cases.lastIndexOf('reasoning')).toBeLessThan(cases.indexOf('token'));
+    expect(completed.content).toBe('Scripted answer to "Think first [[scripted:think=Let me add these up carefully]]"');
+    run.close();
+  });
+
+  it('a model error ends the run with RunFailed and the error', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: 'Fail [[scripted:fail=500]]', sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    const failed = await run.waitFor('failed', 60_000);
+    expect((await run.status).code).toBe(grpc.status.OK);
+    expect(failed.runId).toBe(started.runId);
+    expect(failed.error).toContain('500');
+    expect(run.cases().at(-1)).toBe('failed');
+    expect(run.of('completed')).toEqual([]);
+    const log = await httpClient(stack.url).get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${started.sessionId}/events?limit=1000`);
+    expect(log.body.events.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error']);
+    run.close();
+  }, 90_000);
+
   it('refuses a run whose first command is not start, and a skill (Cadre has none)', async () => {
     const bad = new Run();
     bad.send({ $case: 'approveTool', value: { callId: 'x' } });

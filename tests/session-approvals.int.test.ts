@@ -67,6 +67,15 @@ async function httpSession(rules: object[], workspace = 'sess-appr'): Promise<st
 const CALC = (expr: string) => `[[scripted:call=calculate({"expression":"${expr}"})]]`;
 const text = (evs: Ev[], fromSeq = 0): string => evs.filter((e) => e.event_type === 'text_delta' && e.seq > fromSeq).map((e) => e.payload.content).join('');
 
+/** A session whose turn asked before calculate(`expr`) and is parked on it. */
+async function parkedOnAsk(expr: string): Promise<{ sessionId: string; asked: Ev }> {
+  const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }]);
+  await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC(expr)}` });
+  const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+  await parkedWithNoActiveJob(sessionId);
+  return { sessionId, asked };
+}
+
 describe('session approvals', () => {
   it('roz StreamSession: ActivityUpdate("waiting_approval") then PermissionDecision runs the tool without re-running the model call', async () => {
     const pool = await stack.addWorkerPool();
@@ -212,10 +221,7 @@ describe('session approvals', () => {
     const pool = await stack.addWorkerPool();
     try {
       // A builtin (server) tool: the model asked 1+1, the approver lets 6*7 run.
-      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }]);
-      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
-      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
-      await parkedWithNoActiveJob(sessionId);
+      const { sessionId, asked } = await parkedOnAsk('1+1');
       const decide = (id: string, body: object) => second().post<{ approval: Approval & { modifier?: string }; error?: { message: string } }>(`/api/approvals/${id}/decision`, body);
       const wrongType = await decide(asked.payload.approval_id, { approved: true, modifier: { expression: 42 } });
       expect(wrongType.status).toBe(400);
@@ -319,6 +325,64 @@ describe('session approvals', () => {
       expect(log.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('cancelled');
       const late = await api().post<{ error: { message: string } }>(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true });
       expect(late.status).toBe(409);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('a steer (interrupt mode immediate) while the turn waits on an approval cancels nothing: it is queued and delivered after the decision', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const { sessionId, asked } = await parkedOnAsk('1+1');
+      const session = await api().get<{ session: { interrupt_mode: string } }>(`/api/sessions/${sessionId}`);
+      expect(session.body.session.interrupt_mode).toBe('immediate');
+
+      const steer = await api().post<{ outcome: string }>(`/api/sessions/${sessionId}/steer`, { content: 'Only the total matters', input_id: 's1' });
+      expect(steer.status).toBe(202);
+      expect(steer.body.outcome).toBe('queued');
+      // The parked turn goes on waiting: the approval is pending and the turn has not ended.
+      expect((await api().get<{ approval: Approval }>(`/api/approvals/${asked.payload.approval_id}`)).body.approval.status).toBe('pending');
+      expect((await events(sessionId)).filter((e) => ['approval_resolved', 'turn_complete', 'input_dropped'].includes(e.event_type))).toEqual([]);
+      await parkedWithNoActiveJob(sessionId);
+
+      expect((await second().post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      const types = log.map((e) => e.event_type).filter((t) => !t.endsWith('_delta'));
+      // The tool ran, then the steer reached the model at the next boundary of the same turn.
+      expect(types.indexOf('approval_resolved')).toBeLessThan(types.indexOf('tool_result'));
+      expect(types.indexOf('tool_result')).toBeLessThan(types.indexOf('input_delivered'));
+      expect(log.find((e) => e.event_type === 'input_delivered')!.payload).toMatchObject({ input_id: 's1', kind: 'steer', turn: 1 });
+      expect(log.find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ status: 'approved' });
+      expect(log.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn']);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
+  it('the defaults with no policy anywhere: a session\'s client tools named shell and write_file ask, any other runs unasked', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      // Workspace sess-defaults has no policy, and neither has the session.
+      expect((await api().get<{ policy: { rules: unknown[] } }>('/api/workspaces/sess-defaults/approval-policy')).body.policy.rules).toEqual([]);
+      const tool = (name: string) => ({ name, parameters: { type: 'object', properties: { arg: { type: 'string' } } } });
+      const created = await api().post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'sess-defaults', tools: [tool('shell'), tool('write_file'), tool('lookup')] });
+      const sessionId = created.body.session.session_id;
+      const call = (name: string) => `[[scripted:call=${name}({"arg":"x"})]]`;
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Three [[scripted:parallel]] ${call('shell')} ${call('write_file')} ${call('lookup')}` });
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested' && e.payload.index === 2);
+      expect(log.filter((e) => e.event_type === 'approval_requested').map((e) => [e.payload.tool_name, e.payload.reason, e.payload.timeout_secs])).toEqual([
+        ['shell', 'shell runs commands on the host', 600], ['write_file', 'write_file changes files on the host', 600],
+      ]);
+      // lookup was not asked about: its ToolRequest went out at once.
+      expect(log.filter((e) => e.event_type === 'tool_request').map((e) => e.payload.tool_name)).toEqual(['lookup']);
+      const asked = log.filter((e) => e.event_type === 'approval_requested');
+      for (const a of asked) expect((await api().post(`/api/approvals/${a.payload.approval_id}/decision`, { approved: false, reason: 'no host tools' })).status).toBe(200);
+      const lookup = log.find((e) => e.event_type === 'tool_request')!;
+      await api().post(`/api/sessions/${sessionId}/tool-results`, { tool_call_id: lookup.payload.tool_call_id, success: true, result: 'found' });
+      const done = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      expect(text(done)).toContain('using 3 tool result(s): error: denied: no host tools; error: denied: no host tools; found');
     } finally {
       await pool.close(0);
       stack.pools.splice(stack.pools.indexOf(pool), 1);
