@@ -7,6 +7,7 @@
 //   npm exec -- node bench/heartbeat-cost.ts                  # 3 rounds of 10,000 heartbeats, 16 in flight
 //   BENCH_ROUNDS=5 BENCH_REQUESTS=20000 npm exec -- node bench/heartbeat-cost.ts
 //   npm exec -- node bench/heartbeat-cost.ts --max-semi-space-size=2   # extra args go to the gateway's node
+//   BENCH_REDIS_UNIX=1 npm exec -- node bench/heartbeat-cost.ts     # the gateway reaches Redis over a Unix socket
 //   BENCH_CPU_PROF=/tmp/prof npm exec -- node bench/heartbeat-cost.ts; npm exec -- node bench/profile.ts /tmp/prof 30 'cost cadre'
 import http from 'node:http';
 import { PROBE, profileArgs, profiledWindow, readProbe, spawnGateway, startPrivateRedis } from './support/harness.ts';
@@ -56,7 +57,7 @@ interface Cost { cpu_us: number; alloc_kb: number; gcs_per_1k: number; gc_ms_per
 
 const redis = await startPrivateRedis();
 const stats = new RedisStats(redis.url);
-const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000', BENCH_ALLOC: '1' }, process.argv.slice(2));
+const gateway = await spawnGateway({ REDIS_URL: redis.gatewayUrl, RUNS_API_KEY: RUNS_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000', BENCH_ALLOC: '1' }, process.argv.slice(2));
 const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')], env: { BENCH_ALLOC: '1' } });
 try {
   const fixedPort = (await fixed.next<Message & { port: number }>('listening')).port;
@@ -95,7 +96,7 @@ try {
   for (const name of Object.keys(servers)) {
     console.log(`${name}: cpu ${range(of(name, (c) => c.cpu_us))} µs, alloc ${range(of(name, (c) => c.alloc_kb), 2)} KB, GCs ${range(of(name, (c) => c.gcs_per_1k), 2)} per 1k, per heartbeat`);
   }
-  console.log(loadText());
+  console.log(`${loadText()}; the gateway reached Redis over ${redis.unixSocket ? 'a Unix socket' : 'loopback TCP'}`);
 } finally {
   agent.destroy();
   await fixed.stop();

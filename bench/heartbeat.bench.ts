@@ -6,6 +6,7 @@
 // long stop-all takes over 1,000 active runs.
 //   npm exec -- node bench/heartbeat.bench.ts
 //   npm exec -- node bench/heartbeat.bench.ts --max-semi-space-size=2   # extra args go to the gateway's node
+//   BENCH_REDIS_UNIX=1 npm exec -- node bench/heartbeat.bench.ts        # the gateway reaches Redis over a Unix socket
 import { GATEWAY_NODE_ARGS, profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
 import { loadText } from './support/machine.ts';
 import { spawnNode, type Message } from './support/procs.ts';
@@ -38,7 +39,7 @@ async function post(port: number, path: string, body: unknown, headers: Record<s
 const redis = await startPrivateRedis();
 const stats = new RedisStats(redis.url);
 const gatewayNodeArgs = process.argv.slice(2);
-const gateway = await spawnGateway({ REDIS_URL: redis.url, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' }, gatewayNodeArgs);
+const gateway = await spawnGateway({ REDIS_URL: redis.gatewayUrl, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' }, gatewayNodeArgs);
 const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')] });
 const client = spawnNode('bench/load/heartbeat-client.ts', { args: [JSON.stringify({ agents: AGENTS, workspaces: WORKSPACES, runsKey: RUNS_KEY })] });
 try {
@@ -112,7 +113,7 @@ try {
   note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms; per round ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
   note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s); ${loadText()}`);
   saveResults('heartbeat', {
-    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, gateway_shipped_node_args: GATEWAY_NODE_ARGS, half_rate: halfRate, closed, open,
+    agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, ...(redis.unixSocket && { redis_unix_socket: true }), gateway_shipped_node_args: GATEWAY_NODE_ARGS, half_rate: halfRate, closed, open,
     summary: {
       cadre_per_s: cRates, fixed_json_per_s: fRates, throughput_ratio: ratios.map((x) => round(x, 2)),
       cadre_p99_ms: p99('cadre'), fixed_json_p99_ms: p99('fixed_json'), p99_ratio: p99Ratios.map((x) => round(x, 1)),

@@ -1,7 +1,9 @@
 // What every bench needs: a private redis-server, the real gateway as a child process, gRPC watchers, and the
 // task store to write a task's log directly. Loopback only; everything started here is stopped here.
 import { randomUUID } from 'node:crypto';
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
@@ -16,8 +18,28 @@ export const BENCH_API_KEY = 'bench-key-all-workspaces';
 export { REPO } from './procs.ts';
 export const silentLogger = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'silent' });
 
-export async function startPrivateRedis(): Promise<EmbeddedRedis> {
-  return startEmbeddedRedis();
+/**
+ * The bench's own redis-server. With BENCH_REDIS_UNIX=1 it also listens on a Unix socket, and `gatewayUrl` (what a
+ * bench gives the gateway as REDIS_URL) is `unix:///…` instead of its TCP URL: an experiment (the fixed-JSON route
+ * has no Redis, so the comparison is a gateway on a co-located Redis over a socket against a route with none).
+ */
+export async function startPrivateRedis(): Promise<EmbeddedRedis & { gatewayUrl: string; unixSocket: boolean }> {
+  if (process.env.BENCH_REDIS_UNIX !== '1') {
+    const redis = await startEmbeddedRedis();
+    return Object.assign(redis, { unixSocket: false, gatewayUrl: redis.url });
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'bench-sock-'));
+  const socket = join(dir, 'redis.sock');
+  const redis = await startEmbeddedRedis({ extraArgs: ['--unixsocket', socket, '--unixsocketperm', '700'] });
+  const stop = redis.stop.bind(redis);
+  return Object.assign(redis, {
+    unixSocket: true,
+    gatewayUrl: `unix://${socket}`,
+    stop: async () => {
+      await stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  });
 }
 
 /** The scripted model (libs/scripted-model) as a process of its own, and the OPENAI_BASE_URL it printed. */
