@@ -389,6 +389,39 @@ describe('session approvals', () => {
     }
   });
 
+  it('a parked turn keeps every key of its session until past its last deadline, though the idle TTL is shorter', async () => {
+    const pool = await stack.addWorkerPool();
+    // Sessions made through this gateway live 60 s after their turn began (the least CADRE_SESSION_IDLE_TTL_SEC takes).
+    const short = httpClient(`http://127.0.0.1:${(await stack.addGateway({ CADRE_SESSION_IDLE_TTL_SEC: '60' })).port}`);
+    try {
+      const created = await short.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'sess-ttl', approval_policy: { rules: [{ tool: 'calculate', action: 'ask', timeout_secs: 3600 }] } });
+      const sessionId = created.body.session.session_id;
+      // Turn 1 asks and is approved for the session: its record (approvals hash) and the grant outlive it.
+      await short.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('1+1')}` });
+      const first = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await short.post(`/api/approvals/${first.payload.approval_id}/decision`, { approved: true, scope: 'session' });
+      const end1 = (await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete')).find((e) => e.event_type === 'turn_complete')!.seq;
+      // Turn 2 asks with an hour to decide and parks; a steer is queued while it waits.
+      await short.post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('2+2')}` });
+      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested' && e.seq > end1)).find((e) => e.event_type === 'approval_requested' && e.seq > end1)!;
+      await parkedWithNoActiveJob(sessionId);
+      expect((await short.post(`/api/sessions/${sessionId}/steer`, { content: 'Be brief' })).status).toBe(202);
+
+      const keys = (await redis.keys(`${stack.prefix}:{s:${sessionId}}:*`)).sort();
+      expect(keys.map((k) => k.slice(k.lastIndexOf(':') + 1))).toEqual(['approvals', 'calls', 'events', 'grants', 'meta', 'steer', 'transcript']);
+      // Each lives past the approval's deadline (an hour from the ask) plus the idle TTL, not 60 s from the turn's start.
+      const deadline = Date.parse(asked.payload.expires_at);
+      for (const key of keys) expect({ key, expiresAfterDeadline: Date.now() + (await redis.pttl(key)) > deadline }).toEqual({ key, expiresAfterDeadline: true });
+
+      expect((await short.post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete' && e.seq > end1);
+      expect(log.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn', 'end_turn']);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('a reconnecting StreamSession client is sent its pending approval again; a decision from another workspace is 404', async () => {
     const pool = await stack.addWorkerPool();
     try {

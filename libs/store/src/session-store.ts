@@ -273,7 +273,7 @@ export class SessionStore {
     const now = Date.now();
     const parked = this.keys.sessionsParked();
     await this.redis.multi().zadd(parked, now, sessionId).zremrangebyscore(parked, '-inf', now - this.idleTtlSec * 1000).exec();
-    const code = await this.scripts.parkTurn(...this.k(sessionId), lease).catch(async (err: unknown) => {
+    const code = await this.scripts.parkTurn(...this.k7(sessionId), this.keys.sessionGrants(sessionId), lease).catch(async (err: unknown) => {
       await this.unpark(sessionId);
       throw err;
     });

@@ -25,7 +25,7 @@ if status == 'idle' then
 end
 if redis.call('LLEN', key) >= tonumber(ARGV[4]) then return { ERR.queue_full } end
 local position = redis.call('RPUSH', key, ARGV[3])
-redis.call('EXPIRE', key, ttl)
+liveWithSession(key, ttl)
 appendEvent(ARGV[1], ARGV[5], ARGV[6], 'input_queued',
   cjson.encode({ input_id = entry.input_id, kind = kind, content = entry.content, position = position }))
 local interrupt = redis.call('HGET', metaKey, 'interrupt_mode')

@@ -42,6 +42,12 @@ local function touchSession(ttl)
   for _, key in ipairs({ metaKey, eventsKey, transcriptKey, callsKey }) do redis.call('EXPIRE', key, ttl) end
 end
 
+-- A key made after the turn's start (its calls, a queued input) lives `ttl` from now, or as long as the meta hash
+-- when that is longer (a parked turn keeps the session's keys until past its last deadline: parkTurn-8.lua).
+local function liveWithSession(key, ttl)
+  redis.call('PEXPIRE', key, math.max(ttl * 1000, redis.call('PTTL', metaKey)))
+end
+
 -- Ends the turn in progress (if any): pending client calls are settled as cancelled and the turn gets its
 -- turn_complete with `stopReason`. Returns the turn's start (ms, 0 if unknown) when a turn was running, else
 -- false (0 is true in Lua: callers that only ask whether a turn ended test it as before).
