@@ -64,12 +64,15 @@ describe('one trace follows a task across processes', () => {
     expect(events.at(-1)!.event_type).toBe('task_completed');
 
     // Worker calc-1's model calls (2: the tool call, then the answer) and the lead's synthesis (1), and the tool.
-    const spans = await waitUntil('the worker\'s spans to arrive', () => {
+    const spans = await waitUntil('the gateway\'s and the worker\'s spans to arrive', () => {
       const mine = receiver.spans.filter((s) => s.traceId === traceId);
       const chats = mine.filter((s) => s.name.startsWith('chat '));
-      // A job's consumer span ends after BullMQ records the job, which may be after the task has ended.
+      // A job's consumer span ends after BullMQ records the job, which may be after the task has ended; each process
+      // exports on its own batch schedule, so the gateway's POST and enqueue spans may come after the worker's.
       const jobs = mine.filter((s) => s.service === 'cadre-worker' && s.kind === CONSUMER);
-      return chats.length >= 3 && jobs.length >= 2 && mine.some((s) => s.name === 'execute_tool calculate') ? mine : undefined;
+      const gateway = mine.some((s) => s.service === 'cadre-gateway' && s.kind === SERVER && s.name === 'POST /api/tasks')
+        && mine.some((s) => s.service === 'cadre-gateway' && s.kind === PRODUCER);
+      return gateway && chats.length >= 3 && jobs.length >= 2 && mine.some((s) => s.name === 'execute_tool calculate') ? mine : undefined;
     });
     const byId = new Map(spans.map((s) => [s.spanId, s]));
 
