@@ -179,6 +179,44 @@ describe('kontekst AgentService.Run', () => {
     run.close();
   }, 90_000);
 
+  it('after a gateway drain the run\'s turn keeps waiting: a Run naming its session is refused until the proposal is decided elsewhere', async () => {
+    const gateway = await stack.addGateway();
+    const run = new Run(`127.0.0.1:${gateway.port}`);
+    run.send({ $case: 'start', value: { prompt: `Sum ${CALC('4+5')}`, sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    const proposed = await run.waitFor('toolsProposed');
+    const drained = gateway.close();
+    expect((await run.status).code).toBe(grpc.status.UNAVAILABLE);
+    await drained;
+    stack.gateways.splice(stack.gateways.indexOf(gateway), 1);
+    run.close();
+
+    // kontekst ties a run to its stream and has no way back to it; here the turn outlives the drain, still waiting. A
+    // Run naming the session is refused, and its ending (the client closes it) cancels nothing of the turn it was refused.
+    const again = new Run();
+    again.send({ $case: 'start', value: { prompt: 'Go on', sessionId: started.sessionId, agentName: '', workingDir: '' } });
+    expect(await again.status).toMatchObject({ code: grpc.status.FAILED_PRECONDITION, details: 'a turn is already in progress' });
+    expect(again.events).toEqual([]);
+    again.end();
+    again.close();
+
+    // The proposal is an approval like any other: listed and decided over HTTP, and the turn goes on.
+    const api = httpClient(stack.url);
+    const pending = await api.get<{ approvals: { approval_id: string; call_id: string }[] }>(`/api/approvals?workspace_id=default&session_id=${started.sessionId}&status=pending`);
+    expect(pending.body.approvals.map((a) => a.call_id)).toEqual([proposed.calls[0]!.callId]);
+    expect((await api.post(`/api/approvals/${pending.body.approvals[0]!.approval_id}/decision`, { approved: true })).status).toBe(200);
+    await waitUntil('the run\'s turn to end', async () => {
+      const log = await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${started.sessionId}/events?limit=1000`);
+      return log.body.events.some((e) => e.event_type === 'turn_complete' && e.payload.stop_reason === 'end_turn');
+    });
+
+    // With the turn ended, a Run naming the session starts the next one and sees what the first did.
+    const next = new Run();
+    next.send({ $case: 'start', value: { prompt: 'And now?', sessionId: started.sessionId, agentName: '', workingDir: '' } });
+    expect((await next.waitFor('completed')).content).toContain('Scripted answer to "And now?"');
+    next.close();
+  });
+
   it('the model\'s reasoning streams as ReasoningDelta and ends up in TurnCompleted and RunCompleted', async () => {
     const run = new Run();
     run.send({ $case: 'start', value: { prompt: 'Think first [[scripted:think=Let me add these up carefully]]', sessionId: '', agentName: '', workingDir: '' } });

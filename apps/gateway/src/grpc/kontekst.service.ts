@@ -146,7 +146,8 @@ class RunCall {
   }
 
   private async cancelRun(reason: string): Promise<void> {
-    if (this.terminal || !this.sessionId || !this.principal) return;
+    // Only a run that started its turn: a start refused (a turn already in progress) must not cancel that turn.
+    if (this.terminal || !this.runId || !this.sessionId || !this.principal) return;
     await this.deps.sessions.cancelTurn(this.principal, this.sessionId, reason).catch(() => undefined);
   }
 
@@ -251,7 +252,7 @@ class RunCall {
     if (!this.call.cancelled) this.call.end();
   }
 
-  /** The gateway drains: the run goes on on the workers; the client may resume its session elsewhere. */
+  /** The gateway drains: the run's turn goes on (or waits on its proposals); the README says how a client gets back to it. */
   private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
 
   private stop(): void {
