@@ -44,8 +44,7 @@ interface Phase {
   entries_carried?: number;
   /**
    * Batches of events watchers took late from their buffers because their streams were full (write() returned
-   * false): the lag histogram's observations minus the events (the tail observes each event once, a watcher each
-   * late batch once).
+   * false): the observations of `cadre_fanout_late_lag_seconds`, which a watcher makes once per late batch.
    */
   late_batches?: number;
   redis_commands?: number;
@@ -131,7 +130,7 @@ async function cadre(b: Bench, mode: 'grpc' | 'xread'): Promise<Phase> {
     ...(before && after && {
       tail_reads: (after.cadre_fanout_tail_reads_total ?? NaN) - (before.cadre_fanout_tail_reads_total ?? NaN),
       entries_carried: (after.cadre_fanout_entries_carried_total ?? NaN) - (before.cadre_fanout_entries_carried_total ?? NaN),
-      late_batches: (after.cadre_fanout_lag_seconds_count ?? NaN) - (before.cadre_fanout_lag_seconds_count ?? NaN) - COUNT,
+      late_batches: (after.cadre_fanout_late_lag_seconds_count ?? NaN) - (before.cadre_fanout_late_lag_seconds_count ?? NaN),
     }),
     redis_commands: totalCalls(counts),
   };

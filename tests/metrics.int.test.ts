@@ -76,7 +76,9 @@ describe('metrics', () => {
     // Only the watched task's shard channel was heard: some of its appends (those after the watch began), no more.
     expect(moved('gateway', 'cadre_fanout_notifications_total')).toBeGreaterThan(0);
     expect(moved('gateway', 'cadre_fanout_notifications_total')).toBeLessThanOrEqual(watched.events.length);
+    // At most one lag observation per event for the one watched log (the tail's, after its caught-up watchers).
     expect(moved('gateway', 'cadre_fanout_lag_seconds_count')).toBeGreaterThan(0);
+    expect(moved('gateway', 'cadre_fanout_lag_seconds_count')).toBeLessThanOrEqual(watched.events.length);
     // Live appends came with their entries: the watched task's tail took some without a read.
     expect(moved('gateway', 'cadre_fanout_entries_carried_total')).toBeGreaterThan(0);
     expect(moved('gateway', 'cadre_run_heartbeats_total')).toBeGreaterThan(0);

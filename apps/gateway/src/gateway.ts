@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram } from 'prom-client';
 import { awaitWithin } from '@cadre/lifecycle';
 import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppendedOver } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppendedOver, type LoggedEvent } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
@@ -52,20 +52,24 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const metrics = createMetricsRegistry('gateway');
-  // Append (the event's timestamp, Redis's clock) → written to live watchers' streams: once per event per tail,
-  // after its write to the last caught-up watcher, and once per batch a watcher takes late from its buffer (a full
-  // stream; the batch's oldest event). Not per delivery: a parse and an observe for each of 100 watchers were 9%
-  // of a fan-out's CPU. A for-await reader (a session's stream) reports each event it takes.
-  const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to live watchers (gRPC or SSE): once per event per tail after the last caught-up watcher, once per late batch from a watcher\'s buffer (its oldest event)', buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5], registers: [metrics] });
+  // Append (the event's timestamp, Redis's clock) → written to live watchers' streams. Two populations, two
+  // histograms: the caught-up watchers, once per event per tail after its write to the last of them (not per
+  // delivery: a parse and an observe for each of 100 watchers were 9% of a fan-out's CPU); and the watchers behind,
+  // once per batch taken late from a watcher's buffer (its oldest event; a for-await reader: each event).
+  const lagBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+  const fanoutLag = new Histogram({ name: 'cadre_fanout_lag_seconds', help: 'Delay from an event\'s append to its write to the caught-up live watchers (gRPC, SSE, session streams): once per event per tail, after the last of them', buckets: lagBuckets, registers: [metrics] });
+  const fanoutLateLag = new Histogram({ name: 'cadre_fanout_late_lag_seconds', help: 'Delay from an event\'s append to its write by a watcher that was behind (full stream, busy reader): once per batch taken late from its buffer, for the batch\'s oldest event', buckets: lagBuckets, registers: [metrics] });
+  const observeLag = (histogram: Histogram) => (event: LoggedEvent) => {
+    const appended = event.timestamp ? Date.parse(event.timestamp) : NaN;
+    if (Number.isFinite(appended)) histogram.observe(Math.max(0, Date.now() - appended) / 1000);
+  };
   const fanout = new EventFanout({
     keys,
     subscriber: connectRedis(config.redis, 'cadre-gateway-sub', { shardedSubscriber: true, onError: onRedisError }),
     watcherBufferLimit: config.watcherBufferLimit,
     logger,
-    onLiveDelivery: (event) => {
-      const appended = event.timestamp ? Date.parse(event.timestamp) : NaN;
-      if (Number.isFinite(appended)) fanoutLag.observe(Math.max(0, Date.now() - appended) / 1000);
-    },
+    onLiveDelivery: observeLag(fanoutLag),
+    onLateDelivery: observeLag(fanoutLateLag),
   });
   await fanout.start();
 

@@ -39,6 +39,7 @@ const phase = (taskId: string, turn: number) => store.appendWorkerEvent(taskId, 
 
 /** Events pushed to `watcher` that its reader has not taken yet (white-box: the pipe's pause is not observable otherwise). */
 const watcherHolds = (watcher: LogWatcher<TeamEvent>, n: number): boolean => (watcher as unknown as { live: unknown[] }).live.length >= n;
+const watcherWaits = (watcher: LogWatcher<TeamEvent>): boolean => (watcher as unknown as { wakeReader?: unknown }).wakeReader !== undefined;
 
 async function collect(watcher: LogWatcher<TeamEvent>, count: number): Promise<number[]> {
   const seqs: number[] = [];
@@ -146,16 +147,23 @@ describe('EventFanout', () => {
     expect(fanout.watcherCount()).toBe(0);
   });
 
-  it('reports a live event once per tail when it is written straight to every watcher, and a late batch from a full stream\'s buffer once', async () => {
-    const reported: number[] = [];
+  /** An own fan-out whose lag reports are recorded (live: the tail's, caught-up watchers; late: from buffers), on a fresh live task. */
+  async function lagReporting(subscriberName: string) {
+    const live: number[] = [];
+    const late: number[] = [];
     const own = new EventFanout({
-      keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub-2', { shardedSubscriber: true }), safetyPollMs: 60_000,
-      onLiveDelivery: (e) => reported.push(e.seq),
+      keys: store.keys, subscriber: connectRedis(server.target, subscriberName, { shardedSubscriber: true }), safetyPollMs: 60_000,
+      onLiveDelivery: (e) => live.push(e.seq),
+      onLateDelivery: (e) => late.push(e.seq),
     });
     await own.start();
     const taskId = await liveTask();
     const log = store.taskLog(taskId);
-    const head = await log.head();
+    return { own, live, late, taskId, log, head: await log.head() };
+  }
+
+  it('reports a live event once per tail when it is written straight to the caught-up watchers, and a late batch from a full stream\'s buffer once, apart', async () => {
+    const { own, live, late, taskId, log, head } = await lagReporting('fanout-test-sub-2');
     const watchers = await Promise.all([0, 1, 2].map(() => own.watch(log, head)));
     const written: number[][] = [[], [], []];
     let drained: (() => void) | undefined;
@@ -169,19 +177,40 @@ describe('EventFanout', () => {
     ));
     await phase(taskId, 1);
     await waitUntil('every watcher to have the warm-up event', () => written.every((w) => w.includes(warm)));
-    reported.length = 0;
+    live.length = 0;
     for (let turn = 2; turn <= 4; turn++) await phase(taskId, turn);
     await waitUntil('the full stream to hold two events', () => watcherHolds(watchers[2]!, 2));
     await waitUntil('the others to have all three', () => written[0]!.length === 4 && written[1]!.length === 4);
     // Each event once, as the tail wrote it to the streams that took it at once; not once per watcher.
-    expect(reported).toEqual([warm + 1, warm + 2, warm + 3]);
+    expect(live).toEqual([warm + 1, warm + 2, warm + 3]);
+    expect(late).toEqual([]);
     drained!();
     await waitUntil('the full stream to take what it held', () => written[2]!.length === 4);
-    // The two it took late from its buffer, written as one batch: reported once, by its oldest event.
-    expect(reported).toEqual([warm + 1, warm + 2, warm + 3, warm + 2]);
+    // The two it took late from its buffer, written as one batch: reported once, by its oldest event, as late only.
+    expect(late).toEqual([warm + 2]);
+    expect(live).toEqual([warm + 1, warm + 2, warm + 3]);
     expect(written).toEqual([0, 1, 2].map(() => [warm, warm + 1, warm + 2, warm + 3]));
     await Promise.all(watchers.map((w) => w.return()));
     await Promise.all(piped);
+    await own.close();
+  });
+
+  it('reports an event a waiting for-await reader is woken with as caught up, and each event a busy one takes from its buffer as late', async () => {
+    const { own, live, late, taskId, log, head } = await lagReporting('fanout-test-sub-3');
+    const watcher = await own.watch(log, head);
+    const waiting = nextSeqs(watcher, 1);
+    await waitUntil('the reader to wait for a push', () => watcherWaits(watcher));
+    await phase(taskId, 1);
+    expect(await waiting).toEqual([head + 1]);
+    expect(live).toEqual([head + 1]);
+    expect(late).toEqual([]);
+    // Not reading: the next two wait in its buffer, and each is reported late as the reader takes it.
+    for (let turn = 2; turn <= 3; turn++) await phase(taskId, turn);
+    await waitUntil('the buffer to hold two events', () => watcherHolds(watcher, 2));
+    expect(await nextSeqs(watcher, 2)).toEqual([head + 2, head + 3]);
+    expect(late).toEqual([head + 2, head + 3]);
+    expect(live).toEqual([head + 1]);
+    await watcher.return();
     await own.close();
   });
 

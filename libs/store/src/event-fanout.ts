@@ -75,13 +75,17 @@ export interface FanoutOptions {
   safetyPollMs?: number;
   pageSize?: number;
   /**
-   * Live events (pushed by a tail, not read while catching up) as they reach watchers: once per event per tail
-   * after the tail has written it to every caught-up watcher's stream (after the last of them; not once per
-   * watcher, which cost a timestamp parse and a histogram observe per delivery); and for a watcher that takes
-   * them later from its buffer (its stream was full), once per batch pipeTo writes — the batch's oldest event,
-   * after the batch's last write — or once per event a for-await reader takes.
+   * A live event (pushed by a tail, not read while catching up) handed straight to the caught-up watchers: once per
+   * event per tail, after the tail wrote it to the last of them (to a pipeTo stream, or woke a waiting for-await
+   * reader); not once per watcher, which cost a timestamp parse and a histogram observe per delivery. Events no
+   * watcher took straight are not reported here: see onLateDelivery.
    */
   onLiveDelivery?: (event: LoggedEvent) => void;
+  /**
+   * Live events a watcher took later from its buffer (its stream was full, or its reader was busy): once per batch
+   * pipeTo writes — the batch's oldest event, after the batch's last write — or once per event a for-await reader takes.
+   */
+  onLateDelivery?: (event: LoggedEvent) => void;
   /**
    * Told when a tail's read fails (Redis down, failing over), once per outage of that tail, and when it reads
    * again; a pino logger fits. Watchers are unaffected: they catch up from the log themselves.
@@ -120,6 +124,7 @@ export class EventFanout {
   /** @internal */
   readonly logger: FanoutLogger | undefined;
   private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
+  private readonly onLateDelivery: ((event: LoggedEvent) => void) | undefined;
   private closed = false;
   /** Redis reads made by tails (not by catching-up watchers); exposed for metrics and the fan-out bench. */
   tailReads = 0;
@@ -138,6 +143,7 @@ export class EventFanout {
     this.pageSize = opts.pageSize ?? 500;
     this.logger = opts.logger;
     this.onLiveDelivery = opts.onLiveDelivery;
+    this.onLateDelivery = opts.onLateDelivery;
   }
 
   async start(): Promise<void> {
@@ -228,7 +234,7 @@ export class EventFanout {
       throw err;
     }
     const owner = tail;
-    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLiveDelivery, tail.recentAfter(afterSeq));
+    const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLateDelivery, tail.recentAfter(afterSeq));
     tail.watchers.add(watcher);
     return watcher;
   }
@@ -450,13 +456,15 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   /** The highest seq the tail has pushed: the log holds at least this much. */
   private knownHead = 0;
 
-  private readonly onLiveDelivery: ((event: LoggedEvent) => void) | undefined;
+  private readonly onLateDelivery: ((event: LoggedEvent) => void) | undefined;
   /** The first event taken late from the live buffer since the last lag report. */
   private lateFrom: E | undefined;
+  /** The live event pushed while the reader waited for it (the tail reports that one): not late when taken. */
+  private straightSeq = 0;
 
   /** `start`: the events after `afterSeq` the tail already holds (from the next one on): no first read then. */
-  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLiveDelivery?: (event: LoggedEvent) => void, start?: E[]) {
-    this.onLiveDelivery = onLiveDelivery;
+  constructor(log: WatchableLog<E>, afterSeq: number, head: number, bufferLimit: number, pageSize: number, unregister: () => void, onLateDelivery?: (event: LoggedEvent) => void, start?: E[]) {
+    this.onLateDelivery = onLateDelivery;
     if (start) {
       this.page = start;
       this.firstRead = false;
@@ -469,7 +477,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     this.unregister = unregister;
   }
 
-  /** @internal Called by the tail; true when the event went straight to pipeTo's writer (the tail reports those). */
+  /** @internal Called by the tail; true when the event went straight to pipeTo's writer or a waiting reader (the tail reports those). */
   push(event: E): boolean {
     if (this.done || event.seq <= this.lastSeq) return false;
     this.knownHead = Math.max(this.knownHead, event.seq);
@@ -482,6 +490,8 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       } else if (this.done) this.wakeReader?.();
       return true;
     }
+    const straight = this.wakeReader !== undefined && event.seq === this.lastSeq + 1 && this.live.length === 0 && this.page.length === 0;
+    if (straight) this.straightSeq = event.seq;
     this.live.push(event);
     if (this.live.length > this.bufferLimit) {
       // Held events that join what the reader already has mean the reader is the bottleneck: close it.
@@ -494,7 +504,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
       this.live = [];
     }
     this.wakeReader?.();
-    return false;
+    return straight;
   }
 
   /** @internal */
@@ -620,7 +630,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     while (this.live.length > 0 && this.live[0]!.seq < want) this.live.shift();
     if (this.live[0]?.seq !== want) return undefined;
     const event = this.live.shift()!;
-    this.lateFrom ??= event;
+    if (event.seq !== this.straightSeq) this.lateFrom ??= event;
     return event;
   }
 
@@ -629,7 +639,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
     const event = this.lateFrom;
     if (!event) return;
     this.lateFrom = undefined;
-    this.onLiveDelivery?.(event);
+    this.onLateDelivery?.(event);
   }
 
   private waitForPush(): Promise<void> {
