@@ -22,17 +22,11 @@ export interface RunsAuthConfig {
  * needs the control key (`x-windie-runs-control-key`) instead, so a worker's key cannot stop every workspace.
  * Cadre adds per-workspace runs keys: such a key reaches only its workspace, and may stop-all that workspace.
  * Without a configured key the routes it guards answer 503. Every configured key is compared (as a digest, in
- * constant time, no early exit); keys are never logged.
- *
- * A VM agent presents the same key on every heartbeat, and hashing it each time was 6% of the gateway's time
- * under heartbeat load, so a key that was accepted once is remembered with its reach. Only accepted keys are
- * remembered, so the map holds at most one entry per configured key and wrong keys cannot grow it; a wrong key
- * always takes the full digest comparison.
+ * constant time, no early exit; an accepted key is remembered, see KeyTable); keys are never logged.
  */
 export class RunsAuthenticator {
   private readonly keys = new KeyTable();
   private readonly controlKey: Buffer | undefined;
-  private readonly accepted = new Map<string, Principal>();
 
   constructor(opts: RunsAuthConfig) {
     const runsKey = normalized(opts.runsKey);
@@ -72,12 +66,7 @@ export class RunsAuthenticator {
   }
 
   private match(header: string | string[] | undefined): Principal | undefined {
-    const key = normalized(header) ?? '';
-    const known = this.accepted.get(key);
-    if (known) return known;
-    const found = this.keys.lookup(key);
-    if (found) this.accepted.set(key, found);
-    return found;
+    return this.keys.lookup(normalized(header) ?? '');
   }
 
   private matches(configured: Buffer, header: string | string[] | undefined): boolean {
