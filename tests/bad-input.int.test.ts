@@ -186,4 +186,26 @@ describe('readiness', () => {
       await local.stop().catch(() => undefined);
     }
   });
+
+  it('/readyz answers 503 while the heartbeat connection cannot reconnect, the main one being up', async () => {
+    const local = await TestStack.start({ workers: 0 });
+    const admin = new Redis(local.redis.url);
+    const readyz = async () => (await fetch(`${local.url}/readyz`, { signal: AbortSignal.timeout(5_000) })).status;
+    try {
+      expect(await readyz()).toBe(200);
+      const clients = ((await admin.client('LIST')) as string).trim().split('\n');
+      const heartbeats = clients.find((line) => line.includes(' name=cadre-gateway-heartbeats '));
+      expect(heartbeats).toBeDefined();
+      const id = /^id=(\d+) /.exec(heartbeats!)![1]!;
+      const maxclients = (await admin.config('GET', 'maxclients'))[1]!;
+      // One transaction: drop the heartbeat connection and leave no room for its reconnect (a server at maxclients).
+      await admin.multi().call('CLIENT', 'KILL', 'ID', id).config('SET', 'maxclients', String(clients.length - 1)).exec();
+      await expect.poll(readyz, { timeout: 5_000 }).toBe(503);
+      await admin.config('SET', 'maxclients', maxclients);
+      await expect.poll(readyz, { timeout: 10_000 }).toBe(200);
+    } finally {
+      await admin.quit();
+      await local.stop().catch(() => undefined);
+    }
+  });
 });

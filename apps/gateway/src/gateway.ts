@@ -172,7 +172,8 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     wsSockets: sessionConnections('ws'),
     // Commands wait out a reconnect (maxRetriesPerRequest: null), so a PING to a Redis that is down would not
     // answer at all: while the connection is not up, the answer is "not ready" at once.
-    isReady: async () => !draining.signal.aborted && redis.status === 'ready' && (await awaitWithin(redis.ping(), 1_000))?.value === 'PONG',
+    // The heartbeat connection too: while it is down every VM agent's heartbeat waits on it and leases expire.
+    isReady: async () => !draining.signal.aborted && redis.status === 'ready' && heartbeatRedis.status === 'ready' && (await awaitWithin(redis.ping(), 1_000))?.value === 'PONG',
   });
   await http.ready();
   const grpc = createGrpcServer({
