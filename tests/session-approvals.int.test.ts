@@ -389,10 +389,11 @@ describe('session approvals', () => {
     }
   });
 
-  it('a parked turn keeps every key of its session until past its last deadline, though the idle TTL is shorter', async () => {
+  it('a parked turn keeps every key of its session, and its place in the parked index, until past its last deadline, though the idle TTL is shorter', async () => {
     const pool = await stack.addWorkerPool();
-    // Sessions made through this gateway live 60 s after their turn began (the least CADRE_SESSION_IDLE_TTL_SEC takes).
-    const short = httpClient(`http://127.0.0.1:${(await stack.addGateway({ CADRE_SESSION_IDLE_TTL_SEC: '60' })).port}`);
+    // Sessions made through this gateway live 60 s after their turn began (the least CADRE_SESSION_IDLE_TTL_SEC takes);
+    // its session-scope grants are kept 60 s (the least CADRE_EVENT_RETENTION_SEC takes).
+    const short = httpClient(`http://127.0.0.1:${(await stack.addGateway({ CADRE_SESSION_IDLE_TTL_SEC: '60', CADRE_EVENT_RETENTION_SEC: '60' })).port}`);
     try {
       const created = await short.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'sess-ttl', approval_policy: { rules: [{ tool: 'calculate', action: 'ask', timeout_secs: 3600 }] } });
       const sessionId = created.body.session.session_id;
@@ -412,8 +413,13 @@ describe('session approvals', () => {
       // Each lives past the approval's deadline (an hour from the ask) plus the idle TTL, not 60 s from the turn's start.
       const deadline = Date.parse(asked.payload.expires_at);
       for (const key of keys) expect({ key, expiresAfterDeadline: Date.now() + (await redis.pttl(key)) > deadline }).toEqual({ key, expiresAfterDeadline: true });
+      // cadre_sessions_parked counts the turn that long too (its index entry's score is when it stops counting).
+      expect(Number(await redis.zscore(new KeyBuilder(stack.prefix).sessionsParked(), sessionId))).toBeGreaterThan(deadline);
 
-      expect((await short.post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+      // A grant for the rest of the session, decided while the turn is parked, lives as long as the session's keys.
+      expect((await short.post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true, scope: 'session' })).status).toBe(200);
+      const grants = new KeyBuilder(stack.prefix).sessionGrants(sessionId);
+      expect(Date.now() + (await redis.pttl(grants))).toBeGreaterThan(deadline);
       const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete' && e.seq > end1);
       expect(log.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn', 'end_turn']);
     } finally {

@@ -123,7 +123,7 @@ export interface StoreScripts {
   expireRunLeases(...args: ScriptArg[]): Promise<[number, number, string[]]>;
   createSession(...args: ScriptArg[]): Promise<number>;
   startTurn(...args: ScriptArg[]): Promise<number>;
-  claimTurn(...args: ScriptArg[]): Promise<[number, number]>;
+  claimTurn(...args: ScriptArg[]): Promise<[number, number, number?]>;
   commitTurn(...args: ScriptArg[]): Promise<number>;
   parkTurn(...args: ScriptArg[]): Promise<number>;
   resolveToolCall(...args: ScriptArg[]): Promise<number>;

@@ -164,15 +164,16 @@ export class SessionStore {
   async claimTurn(sessionId: string, wake: number, lease: string, hostId: string): Promise<{ kind: 'taken' | 'recovered' | 'held' | 'stale'; attempt: number; parkedAt?: number }> {
     // Whether the turn is parked is read beside the claim (a park is indexed before the job that resumes it exists),
     // so a turn that never parked pays no second round trip before its model call.
-    const [[code, attempt], parkedScore] = await Promise.all([
+    const [[code, attempt, parkedAt], parkedScore] = await Promise.all([
       this.scripts.claimTurn(...this.k(sessionId), sessionId, wake, lease, hostId, this.maxEvents, this.keys.sessionAppended(sessionId)),
       this.redis.zscore(this.keys.sessionsParked(), sessionId),
     ]);
     if (code < 0) throw scriptError(code, 'claim turn');
     const kind = code === 1 ? 'taken' : code === 2 ? 'recovered' : code === 3 ? 'held' : 'stale';
     if ((kind !== 'taken' && kind !== 'recovered') || parkedScore === null) return { kind, attempt };
-    const parkedAt = await this.unpark(sessionId);
-    return { kind, attempt, ...(parkedAt !== null && { parkedAt }) };
+    // Only the claim that takes the session out of the index reports its park, so a park is observed once.
+    const unparked = await this.unpark(sessionId);
+    return unparked && parkedAt ? { kind, attempt, parkedAt } : { kind, attempt };
   }
 
   /** The trace the current turn's client calls were made in (observability's savedTrace), or null. */
@@ -180,20 +181,18 @@ export class SessionStore {
     return this.redis.hget(this.keys.session(sessionId).meta, 'turn_trace');
   }
 
-  /** Takes the session out of the parked index; returns when it parked (ms), or null when it was not in it. */
-  private async unpark(sessionId: string): Promise<number | null> {
-    const parked = this.keys.sessionsParked();
-    const replies = await this.redis.multi().zscore(parked, sessionId).zrem(parked, sessionId).exec();
-    const score = replies?.[0]?.[1] as string | null | undefined;
-    return score ? Number(score) : null;
+  /** Takes the session out of the parked index; false when it was not in it. */
+  private async unpark(sessionId: string): Promise<boolean> {
+    return (await this.redis.zrem(this.keys.sessionsParked(), sessionId)) === 1;
   }
 
   /**
-   * Sessions whose turn is parked now, across the cluster (one ZCOUNT). An entry a lost process left behind stops
-   * counting once the session itself would have expired.
+   * Sessions whose turn is parked now, across the cluster (one ZCOUNT). Each entry is scored by when its session's
+   * keys expire at the latest (parkTurn-8.lua's keepUntil), so a park longer than the idle TTL still counts, and an
+   * entry a lost process left behind stops counting once the session itself would have expired.
    */
   async parkedCount(): Promise<number> {
-    return this.redis.zcount(this.keys.sessionsParked(), Date.now() - this.idleTtlSec * 1000, '+inf');
+    return this.redis.zcount(this.keys.sessionsParked(), Date.now(), '+inf');
   }
 
   /** Everything a turn step needs, in one round trip. */
@@ -267,19 +266,21 @@ export class SessionStore {
   /**
    * Parks the turn on its pending client calls; false when every result is already in (carry on). The parked
    * index (cadre_sessions_parked) gets the session first, so a continuation claimed right after the park always
-   * finds it there to take out.
+   * finds it there to take out; once the script has said how long the park keeps the session, the entry gets that
+   * score, unless a continuation has already taken it out (XX).
    */
   async parkTurn(sessionId: string, lease: string): Promise<boolean> {
     const now = Date.now();
     const parked = this.keys.sessionsParked();
-    await this.redis.multi().zadd(parked, now, sessionId).zremrangebyscore(parked, '-inf', now - this.idleTtlSec * 1000).exec();
-    const code = await this.scripts.parkTurn(...this.k7(sessionId), this.keys.sessionGrants(sessionId), lease).catch(async (err: unknown) => {
+    await this.redis.multi().zadd(parked, now + this.idleTtlSec * 1000, sessionId).zremrangebyscore(parked, '-inf', `(${now}`).exec();
+    const keepUntil = await this.scripts.parkTurn(...this.k7(sessionId), this.keys.sessionGrants(sessionId), lease).catch(async (err: unknown) => {
       await this.unpark(sessionId);
       throw err;
     });
-    if (code < 0 || code === 0) await this.unpark(sessionId);
-    if (code < 0) throw scriptError(code, 'park turn');
-    return code === 1;
+    if (keepUntil <= 0) await this.unpark(sessionId);
+    if (keepUntil < 0) throw scriptError(keepUntil, 'park turn');
+    if (keepUntil > 0) await this.redis.zadd(parked, 'XX', keepUntil, sessionId);
+    return keepUntil > 0;
   }
 
   /** Settles a client call; returns the wake to enqueue when the parked turn can go on, else 0. */

@@ -7,17 +7,17 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls
   ARGV[1] sessionId   ARGV[2] wake the job was enqueued for   ARGV[3] lease   ARGV[4] host id
   ARGV[5] max events   ARGV[6] channel
-  Returns { code, attempt }: 1 taken, 2 taken after a lost attempt (attempt_lost appended), 3 this lease already
+  Returns { code, attempt, parked_at (ms, when the turn last parked: parkTurn-8.lua; 0 never) }: 1 taken, 2 taken after a lost attempt (attempt_lost appended), 3 this lease already
   holds it; 0 nothing to run (the turn ended, was cancelled or moved on to a later wake), ERR.session_not_found.
 ]]
 --@include errors
 --@include session-log
 
 if redis.call('EXISTS', metaKey) == 0 then return { ERR.session_not_found, 0 } end
-local m = redis.call('HMGET', metaKey, 'status', 'wake', 'lease', 'attempt', 'host_id')
+local m = redis.call('HMGET', metaKey, 'status', 'wake', 'lease', 'attempt', 'host_id', 'parked_at')
 if m[1] ~= 'running' or m[2] ~= ARGV[2] then return { 0, 0 } end
 local lease = ARGV[3]
-if m[3] == lease then return { 3, tonumber(m[4]) } end
+if m[3] == lease then return { 3, tonumber(m[4]), 0 } end
 local code = 1
 if m[3] ~= '' then
   appendEvent(ARGV[1], ARGV[5], ARGV[6], 'attempt_lost',
@@ -26,4 +26,4 @@ if m[3] ~= '' then
 end
 local attempt = redis.call('HINCRBY', metaKey, 'attempt', 1)
 redis.call('HSET', metaKey, 'lease', lease, 'host_id', ARGV[4])
-return { code, attempt }
+return { code, attempt, tonumber(m[6]) or 0 }

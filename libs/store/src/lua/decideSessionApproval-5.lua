@@ -9,7 +9,8 @@
   ARGV[1] sessionId   ARGV[2] approval_id, or the call's tool_call_id   ARGV[3] approved | denied | expired
   ARGV[4] reason   ARGV[5] decided_by (a key's name)   ARGV[6] max events   ARGV[7] channel
   ARGV[8] scope: once | session   ARGV[9] the grant (approvalGrant of tool and arguments) for scope session, else ''
-  ARGV[10] the grants set's expiry in seconds
+  ARGV[10] the grants set's expiry in seconds, or the meta hash's when that is later (a parked turn extended
+  every key of the session: parkTurn-8.lua)
   ARGV[11] modifier (approve only): the amended arguments' JSON text (checked by the caller), or ''. The call
   runs with it: a builtin's worker reads it from the call, a client's tool_request carries it as `parameters`.
   Returns { wake to enqueue (> 0) or 0, the call JSON }, or { ERR.session_not_found }, { ERR.session_closed },
@@ -49,7 +50,7 @@ if modifier ~= '' then
 end
 if approved and ARGV[9] ~= '' then
   redis.call('SADD', KEYS[5], ARGV[9])
-  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[10]))
+  liveWithSession(KEYS[5], tonumber(ARGV[10]))
 end
 local maxLen, channel = ARGV[6], ARGV[7]
 local resolved = {

@@ -8,7 +8,9 @@
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
   KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] lease
-  Returns 1 parked, 0 nothing to wait for, ERR.session_not_found, ERR.lease_lost.
+  The meta hash's `parked_at` (ms) is when it parked: the continuation's claim reads it (park duration).
+  Returns keepUntil (ms, > 1) parked: the parked index's score (cadre_sessions_parked counts the turn until then);
+  0 nothing to wait for, ERR.session_not_found, ERR.lease_lost.
 ]]
 --@include errors
 --@include session-log
@@ -19,7 +21,7 @@ if m[1] ~= 'running' or m[2] ~= ARGV[1] then return ERR.lease_lost end
 local pending = pendingCalls()
 if #pending == 0 then return 0 end
 local now = nowMs()
-redis.call('HSET', metaKey, 'status', 'waiting_tool', 'lease', '', 'updated_at', now)
+redis.call('HSET', metaKey, 'status', 'waiting_tool', 'lease', '', 'updated_at', now, 'parked_at', now)
 local resumeBy = now
 for _, call in ipairs(pending) do
   local by = tonumber(call.deadline_ms) or 0
@@ -30,4 +32,4 @@ for _, call in ipairs(pending) do
 end
 local keepUntil = resumeBy + tonumber(m[3]) * 1000
 for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], keepUntil, 'GT') end
-return 1
+return keepUntil
