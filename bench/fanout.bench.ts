@@ -8,7 +8,7 @@
 //   npm exec -- node bench/fanout.bench.ts
 import { KeyBuilder, type TaskStore } from '@cadre/store';
 import { base64ToF64 } from './support/child.ts';
-import { GATEWAY_FLAGS_EXPERIMENT, benchStore, createLiveTask, finishLiveTask, newPrefix, profiledWindow, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
+import { benchStore, createLiveTask, finishLiveTask, newPrefix, profiledWindow, spawnGateway, startPrivateRedis, type GatewayProcess } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
@@ -201,8 +201,6 @@ async function main(): Promise<void> {
     const early = samples.find((s) => s.early_status);
     if (early) note(`closed early: e.g. ${early.side} round ${early.round}: ${early.early_status}`);
     saveResults('fanout', {
-      // spawnGateway applies BENCH_GATEWAY_FLAGS: such a run is an experiment, kept out of the summary's ranges.
-      ...(GATEWAY_FLAGS_EXPERIMENT ? { gateway_node_args: ['(replacing the shipped flags)', ...GATEWAY_FLAGS_EXPERIMENT] } : {}),
       watchers: WATCHERS, rate: RATE, seconds: SECONDS, grpc_channels: CHANNELS, rounds: ROUNDS, samples,
       summary: {
         cadre_deliveries_per_cpu_s: of('cadre').map((s) => s.deliveries_per_server_cpu_s), ceiling_deliveries_per_cpu_s: of('ceiling').map((s) => s.deliveries_per_server_cpu_s),

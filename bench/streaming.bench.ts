@@ -9,7 +9,7 @@
 //
 //   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
 //   BENCH_GATEWAY_FLAGS="" npm exec -- node bench/streaming.bench.ts   # the gateway without its shipped V8 flags (an experiment)
-import { BENCH_API_KEY, GATEWAY_FLAGS_EXPERIMENT, PROBE, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, PROBE, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
@@ -98,7 +98,7 @@ async function main(): Promise<void> {
       note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${round(median(pairs.map((p) => p.first_p50)), 1)} / ${round(median(pairs.map((p) => p.lag_p99)), 1)}`);
     }
     note(loadText());
-    saveResults('streaming', { ...(GATEWAY_FLAGS_EXPERIMENT ? { gateway_node_args: ['(replacing the shipped flags)', ...GATEWAY_FLAGS_EXPERIMENT] } : {}), prompt: PROMPT, chunk_delay_ms: CHUNK_DELAY_MS, samples, added });
+    saveResults('streaming', { prompt: PROMPT, chunk_delay_ms: CHUNK_DELAY_MS, samples, added });
   } finally {
     raw.send({ cmd: 'stop' });
     cadre.send({ cmd: 'stop' });

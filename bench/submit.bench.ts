@@ -6,7 +6,7 @@
 // slow spell lands on all of them. CPU per request moves far less with the machine's load than latency does.
 //   npm exec -- node bench/submit.bench.ts
 //   BENCH_CPU_PROF=/tmp/prof npm exec -- node bench/submit.bench.ts && npm exec -- node bench/profile.ts /tmp/prof 30 'submit post'
-import { GATEWAY_FLAGS_EXPERIMENT, profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import type { LatencySummary } from './support/latency.ts';
 import { cpuTimesOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round, topCommands, totalCalls } from './support/redis-stats.ts';
@@ -96,7 +96,6 @@ try {
   note(`post_1 Redis commands per POST (round 1): ${Object.entries(first.top_commands).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   saveResults('submit', {
     requests: REQUESTS, rounds: ROUNDS, samples,
-    ...(GATEWAY_FLAGS_EXPERIMENT && { gateway_node_args: GATEWAY_FLAGS_EXPERIMENT }),
     summary: Object.fromEntries(Object.keys(KINDS).flatMap((side) => [
       [`${side}_gateway_cpu_ms`, of(side, (s) => s.gateway_cpu_ms)],
       [`${side}_p50_ms`, of(side, (s) => s.latency.p50_ms)],

@@ -13,6 +13,7 @@ import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
 import { sleep, until } from './latency.ts';
 import { spawnNode, type Message, type NodeChild } from './procs.ts';
 import { CHILD_NODE_ARGS } from '../../apps/stack/src/child-env.ts';
+import { GATEWAY_FLAGS_EXPERIMENT } from './report.ts';
 
 export const BENCH_API_KEY = 'bench-key-all-workspaces';
 export { REPO } from './procs.ts';
@@ -162,15 +163,6 @@ export async function readProbe(child: NodeChild): Promise<ProbeReport> {
  * `nodeArgs` come after them, and for V8 the last of a flag wins, so an experiment can override one.
  */
 export const GATEWAY_NODE_ARGS: readonly string[] = CHILD_NODE_ARGS.gateway;
-
-/**
- * An experiment's replacement for the shipped flags: `BENCH_GATEWAY_FLAGS=""` runs the gateway with none,
- * `BENCH_GATEWAY_FLAGS="--max-semi-space-size=2"` with that one. A bench that honours it records it as its
- * `gateway_node_args`, which keeps the run out of the summary's ranges.
- */
-export const GATEWAY_FLAGS_EXPERIMENT: readonly string[] | undefined = process.env.BENCH_GATEWAY_FLAGS === undefined
-  ? undefined
-  : process.env.BENCH_GATEWAY_FLAGS.split(' ').filter(Boolean);
 
 export async function spawnGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<GatewayProcess> {
   const port = await findFreePort('127.0.0.1');

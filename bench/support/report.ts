@@ -32,6 +32,16 @@ export interface HistoryLine {
 
 const loadAtStart = machineLoad();
 
+/**
+ * An experiment's replacement for the gateway's shipped flags, applied by the harness's spawnGateway to every
+ * gateway a bench starts: `BENCH_GATEWAY_FLAGS=""` runs it with none, `BENCH_GATEWAY_FLAGS="--max-semi-space-size=2"`
+ * with that one. saveResults records it (as `gateway_flags_experiment`) for every bench, even when empty, which
+ * keeps the run out of the summary's ranges.
+ */
+export const GATEWAY_FLAGS_EXPERIMENT: readonly string[] | undefined = process.env.BENCH_GATEWAY_FLAGS === undefined
+  ? undefined
+  : process.env.BENCH_GATEWAY_FLAGS.split(' ').filter(Boolean);
+
 function headCommit(): string {
   try {
     return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: dirname(RESULTS_FILE), encoding: 'utf8' }).trim();
@@ -70,7 +80,7 @@ export function saveResults(bench: string, figures: Record<string, unknown>): vo
     commit: headCommit(),
     load_start: loadAtStart,
     load_end: machineLoad(),
-    figures,
+    figures: GATEWAY_FLAGS_EXPERIMENT ? { gateway_flags_experiment: GATEWAY_FLAGS_EXPERIMENT, ...figures } : figures,
   };
   const next: ResultsFile = {
     generated_at: new Date().toISOString(),
