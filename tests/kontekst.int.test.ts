@@ -1,5 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ChildProcess } from 'node:child_process';
+import * as http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TEST_API_KEY, httpClient, waitUntil } from '@cadre/testing';
 import { kontekst } from '@cadre/protocol';
@@ -215,6 +216,72 @@ describe('kontekst AgentService.Run', () => {
     next.send({ $case: 'start', value: { prompt: 'And now?', sessionId: started.sessionId, agentName: '', workingDir: '' } });
     expect((await next.waitFor('completed')).content).toContain('Scripted answer to "And now?"');
     next.close();
+  });
+
+  it('a command the gateway refuses ends the call with its status and changes nothing: the turn keeps waiting on its proposal', async () => {
+    const run = new Run();
+    run.send({ $case: 'start', value: { prompt: `Sum ${CALC('6+7')}`, sessionId: '', agentName: '', workingDir: '' } });
+    const started = await run.waitFor('started');
+    const proposed = await run.waitFor('toolsProposed');
+    // An id past its 256-character bound: INVALID_ARGUMENT, sent by the gateway. grpc-js then emits 'cancelled' on
+    // the server's side too, which must not read as the client going away (a drain's UNAVAILABLE ends the same way).
+    run.send({ $case: 'approveTool', value: { callId: 'c'.repeat(300) } });
+    expect((await run.status).code).toBe(grpc.status.INVALID_ARGUMENT);
+    run.close();
+
+    // The proposal still waits; decided over HTTP, the turn ends as the model ends it, not cancelled.
+    const api = httpClient(stack.url);
+    const pending = await api.get<{ approvals: { approval_id: string; call_id: string }[] }>(`/api/approvals?workspace_id=default&session_id=${started.sessionId}&status=pending`);
+    expect(pending.body.approvals.map((a) => a.call_id)).toEqual([proposed.calls[0]!.callId]);
+    expect((await api.post(`/api/approvals/${pending.body.approvals[0]!.approval_id}/decision`, { approved: true })).status).toBe(200);
+    const stops = await waitUntil('the run\'s turn to end', async () => {
+      const log = await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${started.sessionId}/events?limit=1000`);
+      const ends = log.body.events.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason);
+      return ends.length > 0 && ends;
+    });
+    expect(stops).toEqual(['end_turn']);
+  });
+
+  it('a client whose connection drops while its start is in flight leaves no turn behind: the turn its start began is cancelled', async () => {
+    const api = httpClient(stack.url);
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', {
+      workspace_id: 'default', approval_policy: { rules: [{ tool: '*', action: 'ask', timeout_secs: 600 }] },
+    });
+    const sessionId = created.body.session.session_id;
+    const gateway = stack.gateways[0]!;
+    const watchers = gateway.fanout.watcherCount();
+    // Writes wait while Redis is paused: the start reads the session, opens its watch and then waits in sendMessage,
+    // the turn not yet started, when the client's connection drops (a killed CLI: no half-close, no RST_STREAM).
+    const admin = stack.redis.connect();
+    await admin.call('CLIENT', 'PAUSE', '10000', 'WRITE');
+    try {
+      const client = http2.connect(`http://127.0.0.1:${gateway.port}`);
+      client.on('error', () => undefined);
+      const call = client.request({
+        ':method': 'POST', ':path': kontekst.AgentServiceService.run.path, 'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${TEST_API_KEY}`,
+      });
+      call.on('error', () => undefined);
+      const start = kontekst.RunCommand.encode({ command: { $case: 'start', value: { prompt: `Sum ${CALC('8+9')}`, sessionId, agentName: '', workingDir: '' } } }).finish();
+      const frame = Buffer.alloc(5 + start.length);
+      frame.writeUInt32BE(start.length, 1);
+      frame.set(start, 5);
+      call.write(frame);
+      await waitUntil('the start to open its watch', () => gateway.fanout.watcherCount() > watchers);
+      client.socket.destroy();
+      // Time for the gateway to take the loss in before the start goes on (nothing the test can see tells it).
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    } finally {
+      await admin.call('CLIENT', 'UNPAUSE');
+      admin.disconnect();
+    }
+
+    // The start went on and started its turn; the client's going away, taken after it, cancels that turn.
+    const stops = await waitUntil('the turn to end', async () => {
+      const log = await api.get<{ events: { event_type: string; payload: Record<string, unknown> }[] }>(`/api/sessions/${sessionId}/events?limit=1000`);
+      const ends = log.body.events.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason);
+      return ends.length > 0 && ends;
+    });
+    expect(stops).toEqual(['cancelled']);
   });
 
   it('the model\'s reasoning streams as ReasoningDelta and ends up in TurnCompleted and RunCompleted', async () => {

@@ -72,9 +72,13 @@ class RunCall {
     this.call.on('data', (command: kontekst.RunCommand) => {
       this.chain = this.chain.then(() => this.handle(command)).catch((err: unknown) => this.fail(err));
     });
-    // As kontekst: the client closing its side (or going away) cancels the run.
-    this.call.on('end', () => void this.chain.then(() => this.cancelRun('the client closed the stream')));
-    this.call.on('cancelled', () => void this.cancelRun('the client went away').finally(() => this.stop()));
+    // As kontekst: the client closing its side, cancelling or going away cancels the run. grpc-js also emits
+    // 'cancelled' after a status the gateway sent itself (a drain's UNAVAILABLE, a refused command's
+    // INVALID_ARGUMENT): a call the gateway ended leaves the turn as it is. The cancel waits for the commands before
+    // it, so a start still in flight has started its turn (or failed) when the cancel looks.
+    const clientEnded = (reason: string): Promise<void> => (this.done ? Promise.resolve() : this.chain.then(() => this.cancelRun(reason)));
+    this.call.on('end', () => void clientEnded('the client closed the stream'));
+    this.call.on('cancelled', () => void clientEnded('the client went away').finally(() => this.stop()));
     this.call.on('error', () => this.stop());
   }
 
@@ -158,7 +162,7 @@ class RunCall {
       for await (const event of watcher) {
         if (this.done) break;
         for (const frame of await this.translate(event)) {
-          if (!this.call.write({ event: frame }) && !this.done) await writable(this.call, 'cancelled', watcher);
+          if (!this.call.write({ event: frame }) && !this.done && !this.call.cancelled) await writable(this.call, 'cancelled', watcher);
         }
         if (this.terminal) break;
       }
