@@ -8,7 +8,7 @@ import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, Appr
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
-import { SHUTDOWN_HAND_BACK_MS } from './processors/hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, type HandBackReason } from './processors/hand-back.ts';
 import type { RedisTarget } from '@cadre/config';
 import type { WorkerConfig } from './config.ts';
 
@@ -68,7 +68,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     registers: [metrics],
   });
   for (const reason of ['worker_shutdown', 'redis_unavailable']) handedBack.inc({ reason }, 0);
-  const onOutageHandBack = (): void => handedBack.inc({ reason: 'redis_unavailable' });
+  // Counted once the job is back in the queue, so a hand-back Redis never answered (left to the stall check) is not.
+  const onHandedBack = (reason: HandBackReason): void => handedBack.inc({ reason });
 
   const model = createModelClient({ baseURL: config.openaiBaseUrl, apiKey: config.openaiApiKey, maxRetries: config.modelRetries });
   // Team agents and session turns report model calls to one observer: one set of per-model series.
@@ -90,7 +91,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     onFinished: (outcome, ms) => jobSeconds.observe({ outcome }, ms / 1000),
     onTaskFinished: (status, seconds) => taskSeconds.observe({ status }, seconds),
     observer: agentObserver,
-    onOutageHandBack,
+    onHandedBack,
   });
 
   const sessions = new SessionJobProcessor({
@@ -108,7 +109,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     maxAttempts: config.maxAttempts,
     redisWaitMs: config.lockMs,
     turns: sessionTurns,
-    onOutageHandBack,
+    onHandedBack,
   });
 
   // One queue, one pool of slots: team agents and session turns (and tool deadlines) share the concurrency.
@@ -166,7 +167,8 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
       const deadline = setTimeout(() => {
-        handedBack.inc({ reason: 'worker_shutdown' }, processor.abortAll('shutdown') + sessions.abortAll('shutdown'));
+        processor.abortAll('shutdown');
+        sessions.abortAll('shutdown');
       }, graceMs);
       const closing = worker.close();
       let workerClosed = true;

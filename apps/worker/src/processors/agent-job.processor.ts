@@ -21,7 +21,7 @@ import {
   type WorkerView,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage, type HandBackReason } from './hand-back.ts';
 import { spawnWorkerTool } from './spawn-worker.tool.ts';
 
 export interface AgentJobDeps {
@@ -46,8 +46,9 @@ export interface AgentJobDeps {
   /** The lead recorded the task's end; `seconds` since the lead's job was enqueued (the task's creation). */
   onTaskFinished?(status: 'completed' | 'failed', seconds: number): void;
   /** Metrics of the agent loops. */
-  observer?: AgentObserver;  /** Hears of each job handed back because its write found Redis unavailable (see rideOutOutage). */
-  onOutageHandBack?: () => void;
+  observer?: AgentObserver;
+  /** Hears of each job back in the queue, once its moveToWait succeeded: the drain deadline passed, or a write found Redis unavailable. */
+  onHandedBack?: (reason: HandBackReason) => void;
 }
 
 export interface AgentJobResult {
@@ -81,10 +82,9 @@ export class AgentJobProcessor {
     this.running.get(jobId)?.abort(cause);
   }
 
-  /** Aborts every running loop; returns how many there were. */
-  abortAll(cause: AbortCause): number {
+  /** Aborts every running loop. */
+  abortAll(cause: AbortCause): void {
     for (const ac of this.running.values()) ac.abort(cause);
-    return this.running.size;
   }
 
   readonly process = async (job: Job<AgentJobData>, token?: string): Promise<AgentJobResult> => {
@@ -340,7 +340,7 @@ export class AgentJobProcessor {
     if (cause === 'shutdown') {
       // Hand the job back: the next attempt starts on another worker. The drain deadline has passed: Redis gets SHUTDOWN_HAND_BACK_MS.
       const released = { outcome: 'released', reason: 'worker_shutdown', message: `host ${this.deps.hostId} shut down` } as const;
-      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), waitMs: SHUTDOWN_HAND_BACK_MS, log });
+      return handJobBack(job, lease, { record: () => this.deps.store.finishWorker(taskId, workerId, lease, released), waitMs: SHUTDOWN_HAND_BACK_MS, log, onHandedBack: () => this.deps.onHandedBack?.('worker_shutdown') });
     }
     if (isRedisUnavailable(err)) return this.rideOutOutage(err as Error, job, lease, ac.signal, log);
     log.error({ err }, 'agent job failed');
@@ -356,7 +356,7 @@ export class AgentJobProcessor {
     const { taskId, workerId } = job.data;
     const task = (message: string) => (workerId === LEAD_WORKER_ID ? { status: 'failed', reason: `lead failed: redis_unavailable: ${message}` } as const : undefined);
     return rideOutOutage(job, lease, {
-      err, where: `to host ${this.deps.hostId}`, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandBack: this.deps.onOutageHandBack,
+      err, where: `to host ${this.deps.hostId}`, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandedBack: () => this.deps.onHandedBack?.('redis_unavailable'),
       release: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'released', reason: 'redis_unavailable', message }),
       giveUp: (message) => this.deps.store.finishWorker(taskId, workerId, lease, { outcome: 'failed', reason: 'redis_unavailable', message }, task(message)),
     });

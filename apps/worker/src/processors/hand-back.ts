@@ -14,6 +14,8 @@ export interface HandBack<D> {
   waitMs: number;
   signal?: AbortSignal;
   log: Logger;
+  /** Hears that the job is back in the queue (its moveToWait succeeded), e.g. to count it. */
+  onHandedBack?: () => void;
 }
 
 /**
@@ -42,12 +44,16 @@ export async function handJobBack<D>(job: Job<D>, lease: string, how: HandBack<D
     }
     if (how.data) await retryWhileUnavailable(() => job.updateData({ ...job.data, ...how.data }), wait());
     await retryWhileUnavailable(() => job.moveToWait(lease), wait());
+    how.onHandedBack?.();
   } catch (err) {
     if (!isRedisUnavailable(err)) throw err;
     how.log.warn({ err }, 'Redis did not answer in time to hand the job back: the stall check retakes it once its lock expires');
   }
   throw new WaitingError();
 }
+
+/** Why a running job went back to the queue: the drain deadline passed, or a write found Redis unavailable. */
+export type HandBackReason = 'worker_shutdown' | 'redis_unavailable';
 
 export interface OutageRide {
   /** The write's failure that found Redis unavailable. */
@@ -64,8 +70,8 @@ export interface OutageRide {
   release: (message: string) => Promise<unknown>;
   /** Records the job's end at the bound (worker_failed / the turn's session_error, reason redis_unavailable). */
   giveUp: (message: string) => Promise<unknown>;
-  /** Hears that the job is handed back (an outage below the bound), e.g. to count it. */
-  onHandBack?: () => void;
+  /** Hears that the job is back in the queue (an outage below the bound, its moveToWait succeeded). */
+  onHandedBack?: () => void;
 }
 
 /**
@@ -82,8 +88,7 @@ export async function rideOutOutage<D extends { outages?: number }>(job: Job<D>,
   ride.log.warn({ err: ride.err, outages }, 'loop stopped: Redis unavailable');
   if (outages < ride.maxAttempts) {
     const data = { outages } as Partial<D>;
-    ride.onHandBack?.();
-    return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log });
+    return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log, ...(ride.onHandedBack && { onHandedBack: ride.onHandedBack }) });
   }
   try {
     await retryWhileUnavailable(() => ride.giveUp(message), { withinMs: ride.waitMs, signal: ride.signal });

@@ -3,7 +3,7 @@ import { annotateSpan, type Logger } from '@cadre/observability';
 import { APPROVAL_DEADLINE_JOB, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, type ApprovalDeadlineJobData, type SessionJobData, type SessionTurnJobData, type ToolDeadlineJobData, type TurnObserver, type TurnRunner, turnSeconds } from '@cadre/session';
 import { StoreError, isRedisUnavailable, type SessionStore } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
-import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage } from './hand-back.ts';
+import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage, type HandBackReason } from './hand-back.ts';
 
 export interface SessionJobDeps {
   runner: TurnRunner;
@@ -15,8 +15,9 @@ export interface SessionJobDeps {
   /** How long a turn whose write found Redis unavailable waits for it to answer again (the job's lock duration). */
   redisWaitMs: number;
   /** Hears of a turn this processor ends (the outage bound): the worker's session metrics. */
-  turns?: TurnObserver;  /** Hears of each job handed back because its write found Redis unavailable (see rideOutOutage). */
-  onOutageHandBack?: () => void;
+  turns?: TurnObserver;
+  /** Hears of each job back in the queue, once its moveToWait succeeded: the drain deadline passed, or a write found Redis unavailable. */
+  onHandedBack?: (reason: HandBackReason) => void;
 }
 
 export interface SessionJobResult {
@@ -45,10 +46,9 @@ export class SessionJobProcessor {
     this.running.get(jobId)?.abort(cause);
   }
 
-  /** Aborts every running turn; returns how many. */
-  abortAll(cause: AbortCause): number {
+  /** Aborts every running turn. */
+  abortAll(cause: AbortCause): void {
     for (const ac of this.running.values()) ac.abort(cause);
-    return this.running.size;
   }
 
   readonly process = async (job: Job<SessionJobData>, token?: string): Promise<SessionJobResult> => {
@@ -84,7 +84,7 @@ export class SessionJobProcessor {
       if (cause === 'shutdown') {
         // Hand the turn back: it resumes on another worker from its last boundary. The drain deadline has passed.
         const why = { reason: 'worker_shutdown', message: 'the worker running this turn shut down; the turn resumes on another worker from its last boundary' } as const;
-        return handJobBack(job, token, { record: () => this.deps.runner.release(sessionId, token, turn.attempt, why), waitMs: SHUTDOWN_HAND_BACK_MS, log });
+        return handJobBack(job, token, { record: () => this.deps.runner.release(sessionId, token, turn.attempt, why), waitMs: SHUTDOWN_HAND_BACK_MS, log, onHandedBack: () => this.deps.onHandedBack?.('worker_shutdown') });
       }
       if (cause === 'cancelled' || (err instanceof StoreError && err.code === 'lease_lost')) {
         // The cancel (or a newer attempt) already wrote the turn's end; nothing of ours may be written.
@@ -108,7 +108,7 @@ export class SessionJobProcessor {
   private rideOutOutage(err: Error, job: Job<SessionTurnJobData>, lease: string, attempt: number, signal: AbortSignal, log: Logger): Promise<never> {
     const { sessionId, wake } = job.data;
     return rideOutOutage(job, lease, {
-      err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandBack: this.deps.onOutageHandBack,
+      err, maxAttempts: this.deps.maxAttempts, waitMs: this.deps.redisWaitMs, signal, log, onHandedBack: () => this.deps.onHandedBack?.('redis_unavailable'),
       release: (message) => this.deps.runner.release(sessionId, lease, attempt, { reason: 'redis_unavailable', message: `${message}; the turn resumes from its last boundary` }),
       giveUp: (message) => this.giveUpTurn({ sessionId, wake }, { code: 'redis_unavailable', message }),
     });
