@@ -1,10 +1,10 @@
-import type { FastifyBaseLogger, FastifyServerOptions, LogLevel } from 'fastify';
-import type { Bindings, ChildLoggerOptions } from 'pino';
+import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify';
+import { levels, type Bindings, type ChildLoggerOptions } from 'pino';
 
 type Method = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
-/** pino's level numbers (its defaults; the gateway's logger adds none). */
-const LEVELS: Record<LogLevel, number> = { fatal: 60, error: 50, warn: 40, info: 30, debug: 20, trace: 10, silent: Infinity };
+/** A level's number in pino's own table (the gateway's logger adds no levels); `silent` is above every level. */
+const rank = (level: string): number => levels.values[level] ?? (level === 'silent' ? Infinity : 0);
 
 /**
  * A request's logger that becomes the pino child Fastify would have made (the request id bound, the route's level)
@@ -44,7 +44,7 @@ class RequestLogger implements FastifyBaseLogger {
   }
 
   writes(method: Method): boolean {
-    return LEVELS[method] >= (LEVELS[this.level as LogLevel] ?? 0);
+    return rank(method) >= rank(this.level);
   }
 
   silent(): void {}
