@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
 import { awaitWithin } from '@cadre/lifecycle';
-import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
+import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, logInboxFailure, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppendedOver, type LoggedEvent } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
@@ -78,7 +78,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const onApprovalDecided = approvalMetrics(metrics);
   const approvalStore = new ApprovalStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: onApprovalDecided,
-    onInboxFailed: (err, about) => logger.warn({ err: scrubError(err), about }, 'approvals inbox append failed: its log misses this transition'),
+    onInboxFailed: logInboxFailure(logger),
   });
   const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
   const sse = new SseSessions({ logger });

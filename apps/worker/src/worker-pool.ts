@@ -2,7 +2,7 @@ import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { awaitWithin } from '@cadre/lifecycle';
-import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
+import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, logInboxFailure, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
@@ -48,7 +48,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   // The worker decides approvals at their deadlines (team workers' and sessions'): those decisions count here.
   const approvals = new ApprovalStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: approvalMetrics(metrics),
-    onInboxFailed: (err, about) => logger.warn({ err: scrubError(err), about }, 'approvals inbox append failed: its log misses this transition'),
+    onInboxFailed: logInboxFailure(logger),
   });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvals });
   const sessionQueue = new SessionQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });

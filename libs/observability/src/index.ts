@@ -1,4 +1,4 @@
-export { createLogger, type Logger } from './logger.ts';
+export { createLogger, logInboxFailure, type Logger } from './logger.ts';
 export { createMetricsRegistry, serveMetrics, agentMetrics, approvalMetrics, eventsAppendedMetric, sessionTurnMetrics, sessionTurnEnds, BoundedLabel, type MetricsRegistry } from './metrics.ts';
 export {
   startTracing,

@@ -38,3 +38,8 @@ export function createLogger(opts: { name: string; level?: string }): Logger {
     stdoutDestination(),
   );
 }
+
+/** The approvals inbox's append failed (ApprovalStore's onInboxFailed): one warning, the same in gateway and worker. */
+export function logInboxFailure(logger: Logger): (err: unknown, about: string) => void {
+  return (err, about) => logger.warn({ err: scrubError(err), about }, 'approvals inbox append failed: its log misses this transition');
+}
