@@ -191,15 +191,20 @@ describe('runs API: the original contract', () => {
   });
 
   it('sends heartbeats over a connection of their own, not autopipelined with the gateway\'s other commands', async () => {
-    for (let i = 0; i < 2; i++) expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-conn', worker_id: 'vm', status: 'ready' })).status).toBe(200);
-    // The last command of each connection by name, on every node (a Cluster client has one per master).
+    const heartbeat = async () => expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-conn', worker_id: 'vm', status: 'ready' })).status).toBe(200);
+    await heartbeat();
     const redis = stack.redis.connect();
     try {
-      const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
-      const lists = await Promise.all(nodes.map((node) => node.client('LIST') as Promise<string>));
-      const lastCommands = lists.flatMap((list) => list.split('\n')).filter((line) => line.includes(' name=cadre-gateway-heartbeats ')).map((line) => /\bcmd=(\S+)/.exec(line)?.[1]);
-      // The second heartbeat's script ran by its SHA (the first may have had to load it).
-      expect(lastCommands).toContain('evalsha');
+      await redis.ping(); // a Cluster client knows its masters once connected
+      // The last command of the named connection on every node (a Cluster client has one per master). A heartbeat
+      // before each look: a Cluster client's periodic CLUSTER SLOTS may be the last command on the node it picked.
+      await waitUntil('the heartbeat connection to have run the heartbeat script by its SHA', async () => {
+        await heartbeat();
+        const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+        const lists = await Promise.all(nodes.map((node) => node.client('LIST') as Promise<string>));
+        const lastCommands = lists.flatMap((list) => list.split('\n')).filter((line) => line.includes(' name=cadre-gateway-heartbeats ')).map((line) => /\bcmd=(\S+)/.exec(line)?.[1]);
+        return lastCommands.includes('evalsha') ? true : undefined;
+      }, { timeoutMs: 5_000 });
     } finally {
       redis.disconnect();
     }
