@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { inSavedTrace, inSpan, tracingEnabled, type Attributes, type Span } from '@cadre/observability';
 import { argumentsProblem, builtinTools } from '@cadre/agent';
 import { INTERRUPT_MODES, STEERING_MODES, isUuid, type InputKind, type SessionEvent, type SessionEventPayloads } from '@cadre/protocol';
-import { StoreError, approvalView, callArguments, type SessionApprovalView, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
+import { RecentMap, StoreError, approvalView, callArguments, type SessionApprovalView, type ApprovalRule, type ClientCall, type EventFanout, type InputModes, type LogWatcher, type SessionRecord, type SessionStore } from '@cadre/store';
 import { afterDecision, approvalRules } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
@@ -81,29 +81,6 @@ const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 /** About 100 bytes each: 10,000 sessions (ten times the 1,000 streams a gateway is benched with) in ~1 MB. */
 const SESSION_WORKSPACES_KEPT = 10_000;
 
-/** A bounded map of session id → workspace; the least recently used goes first. */
-class SessionWorkspaces {
-  private readonly kept = new Map<string, string>();
-  private readonly limit: number;
-
-  constructor(limit: number) {
-    this.limit = limit;
-  }
-
-  get(sessionId: string): string | undefined {
-    const workspaceId = this.kept.get(sessionId);
-    if (workspaceId !== undefined) this.remember(sessionId, workspaceId);
-    return workspaceId;
-  }
-
-  remember(sessionId: string, workspaceId: string): void {
-    // Deleted and set again: a Map iterates in insertion order, so its first key is the least recently used.
-    this.kept.delete(sessionId);
-    this.kept.set(sessionId, workspaceId);
-    if (this.kept.size > this.limit) this.kept.delete(this.kept.keys().next().value!);
-  }
-}
-
 /**
  * The session engine's command side: what every edge (roz StreamSession, the HTTP session API, later WebSocket
  * and stdio) calls. Edges only translate frames; validation, access and state changes live here, so a bad input
@@ -112,7 +89,7 @@ class SessionWorkspaces {
 export class SessionEngine {
   private readonly deps: SessionEngineDeps;
   /** Sessions this engine has read or created → their workspace (writeAccess). */
-  private readonly workspaces = new SessionWorkspaces(SESSION_WORKSPACES_KEPT);
+  private readonly workspaces = new RecentMap<string, string>(SESSION_WORKSPACES_KEPT);
 
   constructor(deps: SessionEngineDeps) {
     this.deps = deps;
@@ -147,14 +124,14 @@ export class SessionEngine {
       workspace_id: input.workspace_id, model, tools, transcript, project_context: project, system_context: systemContext, max_context_tokens: maxContext,
       approval_policy: approvalPolicy, stop_on_denial: input.stop_on_denial === true, ...(input.owner && { owner: input.owner }),
     });
-    this.workspaces.remember(session.session_id, session.workspace_id);
+    this.workspaces.set(session.session_id, session.workspace_id);
     return session;
   }
 
   async get(scope: Scope, sessionId: string): Promise<SessionRecord> {
     checkSessionId(sessionId);
     const session = await this.deps.store.getSession(sessionId);
-    if (session) this.workspaces.remember(sessionId, session.workspace_id);
+    if (session) this.workspaces.set(sessionId, session.workspace_id);
     if (!session || !visible(scope, session.workspace_id)) throw notFound(sessionId);
     return session;
   }
@@ -428,7 +405,7 @@ export class SessionEngine {
   async watch(scope: Scope, sessionId: string, afterSeq: number): Promise<LogWatcher<SessionEvent> | null> {
     checkSessionId(sessionId);
     const head = await this.deps.store.sessionHead(sessionId);
-    if (head) this.workspaces.remember(sessionId, head.workspace_id);
+    if (head) this.workspaces.set(sessionId, head.workspace_id);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
     if (afterSeq > head.last_seq) throw new StoreError('cursor_ahead', `after_seq ${afterSeq} is ahead of session ${sessionId}'s log (last seq ${head.last_seq})`);
     if (afterSeq === head.last_seq && head.status === 'closed') return null;
@@ -480,7 +457,7 @@ export class SessionEngine {
   private async access(scope: Scope, sessionId: string): Promise<string> {
     checkSessionId(sessionId);
     const head = await this.deps.store.sessionHead(sessionId);
-    if (head) this.workspaces.remember(sessionId, head.workspace_id);
+    if (head) this.workspaces.set(sessionId, head.workspace_id);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
     return head.workspace_id;
   }

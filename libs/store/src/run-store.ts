@@ -7,6 +7,7 @@ import { scriptsOf, type StoreScripts } from './scripts.ts';
 import { readEntry, type StreamEntry } from './event-codec.ts';
 import { DEFAULT_RETENTION_SEC } from '@cadre/config';
 import { compareApprovals, runOfApproval, type ApprovalRecord, type ApprovalsDecided } from './approval-store.ts';
+import { RecentMap } from './recent-map.ts';
 import {
   TERMINAL_RUN_STATUSES,
   type AssignedRun,
@@ -69,8 +70,8 @@ export class RunStore {
   readonly workerTtlMs: number;
   readonly maxAttempts: number;
   private readonly onDecided: ApprovalsDecided | undefined;
-  /** run id → workspace; immutable, so cached (bounded). */
-  private readonly workspaceCache = new Map<string, string>();
+  /** run id → workspace; immutable, so remembered (bounded). */
+  private readonly workspaceCache = new RecentMap<string, string>(10_000);
   /** Leases this process's heartbeats and sweeps expired, and the runs they put back in the queue (metrics). */
   leaseExpiries = 0;
   requeues = 0;
@@ -133,10 +134,7 @@ export class RunStore {
     const cached = this.workspaceCache.get(runId);
     if (cached) return cached;
     const ws = await this.redis.get(this.keys.runIndex(runId));
-    if (ws) {
-      if (this.workspaceCache.size >= 10_000) this.workspaceCache.delete(this.workspaceCache.keys().next().value!);
-      this.workspaceCache.set(runId, ws);
-    }
+    if (ws) this.workspaceCache.set(runId, ws);
     return ws;
   }
 
