@@ -1,15 +1,17 @@
 // Heartbeats of 200 simulated VM agents against the real gateway (one Lua script per heartbeat), side by side
-// with a bare Fastify route answering fixed JSON. The client is a process of its own (bench/load/heartbeat-
-// client.ts); gateway and route each run in theirs with bench/support/probe.ts loaded. Rounds alternate
-// gateway, route, gateway, route...: first closed loop (throughput), then open loop at half the gateway's median
-// throughput (latency), with the gateway's event-loop delay, GC and Redis's Lua time beside each sample; then how
-// long stop-all takes over 1,000 active runs.
+// with a bare Fastify route answering fixed JSON, and the same route making one Redis round trip per request
+// first (route+redis: an EVALSHA of a small script on the bench's Redis, over a connection without autopipelining
+// like the gateway's heartbeat connection): what a third process on the path costs on this machine by itself.
+// The client is a process of its own (bench/load/heartbeat-client.ts); gateway and routes each run in theirs with
+// bench/support/probe.ts loaded. Rounds alternate gateway, route, route+redis, gateway, ...: first closed loop
+// (throughput), then open loop at half the gateway's median throughput (latency), with each server's event-loop
+// delay, GC, and Redis's script time and CPU beside each sample; then how long stop-all takes over 1,000 active runs.
 //   npm exec -- node bench/heartbeat.bench.ts
 //   npm exec -- node bench/heartbeat.bench.ts --max-semi-space-size=2   # extra args go to the gateway's node
 //   BENCH_REDIS_UNIX=1 npm exec -- node bench/heartbeat.bench.ts        # the gateway reaches Redis over a Unix socket
 import { GATEWAY_NODE_ARGS, profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
 import { loadText } from './support/machine.ts';
-import { spawnNode, type Message } from './support/procs.ts';
+import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round } from './support/redis-stats.ts';
 import { note, printTable, saveResults } from './support/report.ts';
 import { alternate, median, range } from './support/rounds.ts';
@@ -26,9 +28,10 @@ interface Closed { rate: number; errors: number; client_cpu_s: number; client_lo
 interface Open {
   latency: LatencySummary; errors: number; achieved: number; client_cpu_s: number; client_loop_delay_p99_ms: number; server_cpu_s: number;
   server: ProbeReport;
-  /** Gateway only: the heartbeat script's mean time inside Redis, and commands slower than 1 ms. */
+  /** Gateway and route+redis: the script's mean time inside Redis, commands slower than 1 ms, Redis's CPU. */
   lua_us_per_call?: number;
   redis_slow?: { entries: number; slowest: string[] };
+  redis_cpu_s?: number;
 }
 
 async function post(port: number, path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
@@ -41,16 +44,18 @@ const stats = new RedisStats(redis.url);
 const gatewayNodeArgs = process.argv.slice(2);
 const gateway = await spawnGateway({ REDIS_URL: redis.gatewayUrl, RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000' }, gatewayNodeArgs);
 const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')] });
+const routeRedis = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('route-redis')], args: [JSON.stringify({ redisUrl: redis.gatewayUrl })] });
 const client = spawnNode('bench/load/heartbeat-client.ts', { args: [JSON.stringify({ agents: AGENTS, workspaces: WORKSPACES, runsKey: RUNS_KEY })] });
 try {
   const fixedPort = (await fixed.next<Message & { port: number }>('listening')).port;
+  const routeRedisPort = (await routeRedis.next<Message & { port: number }>('listening')).port;
   await client.next('ready');
-  const servers = { cadre: { port: gateway.port, proc: gateway.child }, fixed_json: { port: fixedPort, proc: fixed } };
+  const servers = { cadre: { port: gateway.port, proc: gateway.child }, fixed_json: { port: fixedPort, proc: fixed }, route_redis: { port: routeRedisPort, proc: routeRedis } };
   const run = async <T>(cmd: { cmd: 'closed' | 'open'; port: number; seconds: number; rate?: number }): Promise<T> => {
     client.send(cmd);
     return client.next<T & Message>(cmd.cmd, (cmd.seconds + 120) * 1000);
   };
-  // Warm both up (JIT, connections).
+  // Warm every side up (JIT, connections).
   for (const s of Object.values(servers)) await run({ cmd: 'closed', port: s.port, seconds: 1 });
 
   const side = (name: keyof typeof servers) => async (): Promise<Closed> => {
@@ -59,27 +64,30 @@ try {
     const r = await profiledWindow(`heartbeat closed ${name}`, () => run<Omit<Closed, 'server_cpu_s'>>({ cmd: 'closed', port, seconds: SECONDS }));
     return { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2) };
   };
-  const closed = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json') });
+  const closed = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json'), route_redis: side('route_redis') });
   const halfRate = Math.floor(median(closed.filter((s) => s.side === 'cadre').map((s) => s.rate)) / 2);
 
   const openSide = (name: keyof typeof servers) => async (): Promise<Open> => {
     const { port, proc } = servers[name];
+    const usesRedis = name !== 'fixed_json';
     await readProbe(proc);
-    if (name === 'cadre') {
+    if (usesRedis) {
       await stats.reset();
       await stats.slowlogFrom(1_000);
     }
     const cpu = proc.cpuSeconds();
+    const redisCpu = cpuSecondsOf(redis.pid);
     const r = await profiledWindow(`heartbeat open ${name}`, () => run<Omit<Open, 'server_cpu_s' | 'server'>>({ cmd: 'open', port, rate: halfRate, seconds: SECONDS }));
     const out: Open = { ...r, server_cpu_s: round(proc.cpuSeconds() - cpu, 2), server: await readProbe(proc) };
-    if (name === 'cadre') {
+    if (usesRedis) {
+      out.redis_cpu_s = round(cpuSecondsOf(redis.pid) - redisCpu, 2);
       const { calls, usec } = await stats.detail();
       out.lua_us_per_call = round((usec.evalsha ?? 0) / Math.max(1, calls.evalsha ?? 0), 1);
       out.redis_slow = await stats.slowlog();
     }
     return out;
   };
-  const open = await alternate(ROUNDS, { cadre: openSide('cadre'), fixed_json: openSide('fixed_json') });
+  const open = await alternate(ROUNDS, { cadre: openSide('cadre'), fixed_json: openSide('fixed_json'), route_redis: openSide('route_redis') });
 
   // stop-all over 1,000 active runs in 10 workspaces, a tenth of them bound to a worker.
   for (let i = 0; i < 1000; i++) {
@@ -96,27 +104,39 @@ try {
     ['round', 'target', 'heartbeats/s', 'errors', 'server cpu s', 'client cpu s', 'load (1/5/15 min)', 'box busy'],
     ...closed.map((s) => [s.round, s.side, s.rate, s.errors, s.server_cpu_s, s.client_cpu_s, s.load.loadavg.join('/'), s.machine_busy]),
   ]);
-  const cRates = closed.filter((s) => s.side === 'cadre').map((s) => s.rate);
-  const fRates = closed.filter((s) => s.side === 'fixed_json').map((s) => s.rate);
-  const ratios = closed.filter((s) => s.side === 'cadre').map((s) => s.rate / closed.find((f) => f.side === 'fixed_json' && f.round === s.round)!.rate);
-  note(`throughput: cadre ${range(cRates, 0)}/s, fixed JSON ${range(fRates, 0)}/s; per round cadre/fixed ×${range(ratios, 2)} (goal ≥ 0.5×)`);
+  type Side = keyof typeof servers;
+  /** Per round, side a's figure over side b's. */
+  const perRound = <S extends { round: number; side: string }>(samples: S[], a: Side, b: Side, f: (s: S) => number): number[] =>
+    samples.filter((s) => s.side === a).map((s) => f(s) / f(samples.find((x) => x.side === b && x.round === s.round)!));
+  const rates = (side: Side): number[] => closed.filter((s) => s.side === side).map((s) => s.rate);
+  const ratios = perRound(closed, 'cadre', 'fixed_json', (s) => s.rate);
+  const rateVsRouteRedis = perRound(closed, 'cadre', 'route_redis', (s) => s.rate);
+  const routeRedisRate = perRound(closed, 'route_redis', 'fixed_json', (s) => s.rate);
+  note(`throughput: cadre ${range(rates('cadre'), 0)}/s, fixed JSON ${range(rates('fixed_json'), 0)}/s, route+redis ${range(rates('route_redis'), 0)}/s; per round cadre/fixed ×${range(ratios, 2)} (goal ≥ 0.5×)`);
+  note(`  split: cadre / route+redis ×${range(rateVsRouteRedis, 2)}, route+redis / route ×${range(routeRedisRate, 2)}`);
   printTable(`Latency at ${halfRate} heartbeats/s (half the gateway's median throughput), open loop, ${SECONDS} s per sample`, [
-    ['round', 'target', 'p50 ms', 'p99 ms', 'max ms', 'missing', 'server loop delay p99/max ms', 'gc count/total/max ms', 'lua µs/call', 'redis >1ms', 'client loop p99 ms', 'load', 'box busy'],
+    ['round', 'target', 'p50 ms', 'p99 ms', 'max ms', 'missing', 'server loop delay p99/max ms', 'gc count/total/max ms', 'server cpu s', 'redis cpu s', 'lua µs/call', 'redis >1ms', 'client loop p99 ms', 'load', 'box busy'],
     ...open.map((s) => [
       s.round, s.side, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms, s.latency.missing,
       `${s.server.loop_delay_ms.p99}/${s.server.loop_delay_ms.max}`, `${s.server.gc.count}/${s.server.gc.total_ms}/${s.server.gc.max_ms}`,
-      s.lua_us_per_call ?? '-', s.redis_slow?.entries ?? '-', s.client_loop_delay_p99_ms, s.load.loadavg.join('/'), s.machine_busy,
+      s.server_cpu_s, s.redis_cpu_s ?? '-', s.lua_us_per_call ?? '-', s.redis_slow?.entries ?? '-', s.client_loop_delay_p99_ms, s.load.loadavg.join('/'), s.machine_busy,
     ]),
   ]);
-  const p99 = (side: string): number[] => open.filter((s) => s.side === side).map((s) => s.latency.p99_ms);
-  const p99Ratios = open.filter((s) => s.side === 'cadre').map((s) => s.latency.p99_ms / open.find((f) => f.side === 'fixed_json' && f.round === s.round)!.latency.p99_ms);
-  note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms; per round ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
+  const p99 = (side: Side): number[] => open.filter((s) => s.side === side).map((s) => s.latency.p99_ms);
+  const p99Ratios = perRound(open, 'cadre', 'fixed_json', (s) => s.latency.p99_ms);
+  const p99VsRouteRedis = perRound(open, 'cadre', 'route_redis', (s) => s.latency.p99_ms);
+  const routeRedisP99 = perRound(open, 'route_redis', 'fixed_json', (s) => s.latency.p99_ms);
+  note(`p99: cadre ${range(p99('cadre'), 1)} ms, fixed JSON ${range(p99('fixed_json'), 1)} ms, route+redis ${range(p99('route_redis'), 1)} ms; per round cadre/fixed ×${range(p99Ratios, 1)} (goal ≤ 2×)`);
+  note(`  split: cadre / route+redis ×${range(p99VsRouteRedis, 1)} (what Cadre adds over one Redis round trip), route+redis / route ×${range(routeRedisP99, 1)} (what the round trip to a third process costs on this machine)`);
   note(`stop-all of ${stopped} active runs (100 bound to workers): ${round(stopMs)} ms (goal: answers within 1 s); ${loadText()}`);
   saveResults('heartbeat', {
     agents: AGENTS, seconds: SECONDS, rounds: ROUNDS, gateway_node_args: gatewayNodeArgs, ...(redis.unixSocket && { redis_unix_socket: true }), gateway_shipped_node_args: GATEWAY_NODE_ARGS, half_rate: halfRate, closed, open,
     summary: {
-      cadre_per_s: cRates, fixed_json_per_s: fRates, throughput_ratio: ratios.map((x) => round(x, 2)),
+      cadre_per_s: rates('cadre'), fixed_json_per_s: rates('fixed_json'), throughput_ratio: ratios.map((x) => round(x, 2)),
       cadre_p99_ms: p99('cadre'), fixed_json_p99_ms: p99('fixed_json'), p99_ratio: p99Ratios.map((x) => round(x, 1)),
+      route_redis_per_s: rates('route_redis'), route_redis_p99_ms: p99('route_redis'),
+      throughput_ratio_cadre_route_redis: rateVsRouteRedis.map((x) => round(x, 2)), throughput_ratio_route_redis_route: routeRedisRate.map((x) => round(x, 2)),
+      p99_ratio_cadre_route_redis: p99VsRouteRedis.map((x) => round(x, 1)), p99_ratio_route_redis_route: routeRedisP99.map((x) => round(x, 1)),
     },
     stop_all: { runs: stopped, ms: round(stopMs) },
   });
@@ -124,6 +144,7 @@ try {
   client.send({ cmd: 'exit' });
   await client.stop();
   await fixed.stop();
+  await routeRedis.stop();
   await gateway.stop();
   await stats.close();
   await redis.stop();
