@@ -5,10 +5,13 @@
 // delta coalescing shows its wait). Redis commands and scripts per Cadre turn come from INFO commandstats of the
 // gateway's own redis-server; CPU time per Cadre turn of the gateway, the worker and that Redis from /proc (the
 // figures load moves least). Gateway, worker pool, scripted model and both clients (bench/load/stream-client.ts)
-// are processes of their own; rounds alternate raw, cadre.
+// are processes of their own; rounds alternate raw, cadre. Each Cadre round's first deltas are split into steps
+// (client send → the BullMQ add, the job's wait in the queue, taken → model request, model → commit, commit →
+// client) and each burst's start spread, from the job records and session logs in Redis (support/turn-split.ts).
 //
 //   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
 //   BENCH_GATEWAY_FLAGS="" npm exec -- node bench/streaming.bench.ts   # the gateway without its shipped V8 flags (an experiment)
+import { Redis } from 'ioredis';
 import { BENCH_API_KEY, PROBE, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
@@ -17,6 +20,7 @@ import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, median, range, type Sample } from './support/rounds.ts';
+import { splitFirstDeltas, type TurnSplit, type TurnStamp } from './support/turn-split.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const LEVELS = (process.env.BENCH_LEVELS ?? '1,100').split(',').map(Number);
@@ -36,6 +40,8 @@ interface Figures {
   redis_scripts_per_turn?: number;
   /** CPU time (user + system, from /proc) per Cadre turn of each process on its path: load moves it far less than latency. */
   cpu_ms_per_turn?: { gateway: number; worker: number; redis: number };
+  /** Cadre only: the first delta's steps and the bursts' spread, read from Redis after the round. */
+  first_delta_split?: TurnSplit;
 }
 
 async function main(): Promise<void> {
@@ -53,6 +59,7 @@ async function main(): Promise<void> {
   const raw = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'raw', modelUrl })] });
   const cadre = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })], env: { CADRE_API_KEY: BENCH_API_KEY } });
   const stats = new RedisStats(redis.url);
+  const reader = new Redis(redis.url, { connectionName: 'bench-turn-split', maxRetriesPerRequest: 1 });
   try {
     const run = async (side: typeof raw, sessions: number, withRedis: boolean): Promise<Figures> => {
       const turns = TURNS[sessions] ?? 2;
@@ -60,7 +67,7 @@ async function main(): Promise<void> {
       const cpu = (): number[] => [gateway.child.cpuSeconds(), worker.cpuSeconds(), cpuSecondsOf(redis.pid)];
       const cpuBefore = cpu();
       side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
-      const done = await side.next<Message & { first: string; lags: string; turns: number; deltas: number }>('done', 120_000);
+      const done = await side.next<Message & { first: string; lags: string; turns: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
       const cpuUsed = cpu().map((s, i) => round(((s - cpuBefore[i]!) * 1000) / done.turns, 2));
       const first = base64ToF64(done.first);
       const figures: Figures = {
@@ -72,6 +79,8 @@ async function main(): Promise<void> {
         figures.redis_scripts_per_turn = round(((calls.evalsha ?? 0) + (calls.eval ?? 0)) / done.turns, 1);
         figures.cpu_ms_per_turn = { gateway: cpuUsed[0]!, worker: cpuUsed[1]!, redis: cpuUsed[2]! };
       }
+      // Read after the counts and CPU above, so the reads are not in them.
+      if (withRedis && done.stamps) figures.first_delta_split = await splitFirstDeltas(reader, PREFIX, done.stamps);
       return figures;
     };
     // One warm-up run per side (module caches, connections, JIT; the worker pool's start-up).
@@ -97,6 +106,26 @@ async function main(): Promise<void> {
       added[`at_${sessions}`] = pairs;
       note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${round(median(pairs.map((p) => p.first_p50)), 1)} / ${round(median(pairs.map((p) => p.lag_p99)), 1)}`);
     }
+    const split = samples.filter((s) => s.first_delta_split);
+    const rawOf = (c: Sample<Figures>): Sample<Figures> => samples.find((s) => s.side === 'raw' && s.sessions === c.sessions && s.round === c.round)!;
+    printTable('Cadre first delta by step (ms, p50 | p99; job records and session log in Redis, ±1 ms each) and the first turns\' burst (last − first)', [
+      ['sessions', 'round', 'turns', 'send → add', 'queue wait', 'taken → model request', 'model → commit', 'raw first delta', 'commit → client', 'add spread', 'start spread', 'load'],
+      ...split.map((s) => {
+        const f = s.first_delta_split!;
+        const st = (k: keyof TurnSplit['steps']): string => `${f.steps[k].p50_ms} | ${f.steps[k].p99_ms}`;
+        // Every session sends its first message at once: those turns are one burst (later ones drift apart).
+        const spread = (k: 'add_spread_ms' | 'start_spread_ms'): string | number => (s.sessions > 1 ? f.bursts[0]?.[k] ?? '—' : '—');
+        const raw = rawOf(s).first_delta;
+        return [s.sessions, s.round, `${f.turns}${f.missing ? ` (${f.missing} missing)` : ''}`, st('to_add'), st('queue_wait'), st('to_model'), st('model_to_commit'), `${raw.p50_ms} | ${raw.p99_ms}`, st('commit_to_client'), spread('add_spread_ms'), spread('start_spread_ms'), s.load.loadavg[0]!];
+      }),
+    ]);
+    for (const sessions of LEVELS) {
+      const of = split.filter((s) => s.sessions === sessions).map((s) => s.first_delta_split!);
+      if (!of.length) continue;
+      const wait = (k: 'p50_ms' | 'p99_ms'): string => range(of.map((f) => f.steps.queue_wait[k]));
+      const starts = of.map((f) => f.bursts[0]?.start_spread_ms ?? NaN);
+      note(`${sessions} session(s): queue wait p50 ${wait('p50_ms')} ms, p99 ${wait('p99_ms')} ms${sessions > 1 ? `; first burst's start spread (last processedOn − first) ${range(starts, 0)} ms` : ''}`);
+    }
     note(loadText());
     saveResults('streaming', { prompt: PROMPT, chunk_delay_ms: CHUNK_DELAY_MS, samples, added });
   } finally {
@@ -104,6 +133,7 @@ async function main(): Promise<void> {
     cadre.send({ cmd: 'stop' });
     await Promise.all([raw.exited, cadre.exited]);
     await stats.close();
+    reader.disconnect();
     await worker.stop();
     await gateway.stop();
     await model.stop();

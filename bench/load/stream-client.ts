@@ -3,13 +3,16 @@
 // N /ws sockets (the WindieOS protocol), each sending `turns` queries on its own conversation_ref and reading its
 // streaming-response messages up to streaming-complete. mode raw: the same
 // N × turns model streams read directly with the `openai` package from the scripted model. Each text delta's
-// arrival is stamped here; the chunks it covers give its lag (see chunkLags).
+// arrival is stamped here; the chunks it covers give its lag (see chunkLags). In mode cadre each turn's send and
+// first delta are also stamped on the wall clock (ms, the clock BullMQ's job records and the session log use) with
+// its session id, so the bench can split the first delta's time by what Redis recorded (streaming.bench.ts).
 import OpenAI from 'openai';
 import { SessionRequest, type AgentServiceClient } from '@cadre/protocol';
 import * as grpc from '@grpc/grpc-js';
 import WebSocket from 'ws';
 import { BENCH_API_KEY, grpcChannels } from '../support/harness.ts';
 import { argJson, commands, emit, f64ToBase64 } from '../support/child.ts';
+import type { TurnStamp } from '../support/turn-split.ts';
 
 const o = argJson<{ mode: 'cadre' | 'raw' | 'ws'; target?: string; modelUrl?: string }>();
 
@@ -36,7 +39,10 @@ function chunkLags(before: string, text: string, at: number, chunkDelayMs: numbe
 }
 
 type Turn = (prompt: string, onText: (text: string) => void) => Promise<void>;
-let openSession: () => Promise<{ turn: Turn; close: () => void }>;
+/** `id`: the session's id, where the protocol names it (StreamSession's SessionStarted). */
+let openSession: () => Promise<{ turn: Turn; close: () => void; id?: string }>;
+
+const wallMs = (): number => performance.timeOrigin + performance.now();
 
 if (o.mode === 'raw') {
   const client = new OpenAI({ baseURL: o.modelUrl!, apiKey: 'scripted', maxRetries: 0 });
@@ -79,13 +85,14 @@ if (o.mode === 'raw') {
     const metadata = new grpc.Metadata();
     metadata.set('authorization', `Bearer ${BENCH_API_KEY}`);
     const call = channels[next++ % channels.length]!.streamSession(metadata);
-    let onFrame: (f: { response?: { $case: string; value: { content?: string } } }) => void = () => undefined;
+    let onFrame: (f: { response?: { $case: string; value: { content?: string; sessionId?: string } } }) => void = () => undefined;
     call.on('data', (f) => onFrame(f));
     call.on('error', () => undefined);
-    const started = new Promise<void>((resolve) => (onFrame = (f) => f.response?.$case === 'sessionStarted' && resolve()));
+    const started = new Promise<string>((resolve) => (onFrame = (f) => f.response?.$case === 'sessionStarted' && resolve(f.response.value.sessionId ?? '')));
     call.write(SessionRequest.fromPartial({ request: { $case: 'start', value: { environmentId: 'bench' } } }));
-    await started;
+    const id = await started;
     return {
+      id,
       turn: (prompt, onText) => new Promise<void>((resolve, reject) => {
         onFrame = (f) => {
           if (f.response?.$case === 'textDelta') onText(f.response.value.content ?? '');
@@ -104,15 +111,20 @@ for await (const cmd of commands<Run & { cmd: string }>()) {
   const sessions = await Promise.all(Array.from({ length: cmd.sessions }, () => openSession()));
   const first: number[] = [];
   const lags: number[] = [];
+  const stamps: TurnStamp[] = [];
   let deltas = 0;
   const started = performance.now();
   await Promise.all(sessions.map(async (s) => {
     for (let t = 0; t < cmd.turns; t++) {
       let text = '';
       const t0 = performance.now();
+      const sentMs = wallMs();
       await s.turn(cmd.prompt, (delta) => {
         const at = performance.now() - t0;
-        if (text === '') first.push(at);
+        if (text === '') {
+          first.push(at);
+          if (s.id) stamps.push({ session: s.id, turn: t + 1, sent_ms: sentMs, first_ms: sentMs + at });
+        }
         deltas++;
         chunkLags(text, delta, at, cmd.chunkDelayMs, lags);
         text += delta;
@@ -121,6 +133,6 @@ for await (const cmd of commands<Run & { cmd: string }>()) {
   }));
   const seconds = (performance.now() - started) / 1000;
   for (const s of sessions) s.close();
-  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), turns: cmd.sessions * cmd.turns, deltas, seconds });
+  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), turns: cmd.sessions * cmd.turns, deltas, seconds, ...(stamps.length > 0 && { stamps }) });
 }
 process.exit(0);
