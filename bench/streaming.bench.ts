@@ -12,7 +12,7 @@
 //   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
 //   BENCH_GATEWAY_FLAGS="" npm exec -- node bench/streaming.bench.ts   # the gateway without its shipped V8 flags (an experiment)
 import { Redis } from 'ioredis';
-import { BENCH_API_KEY, PROBE, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, PROBE, profileArgs, profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
@@ -53,7 +53,7 @@ async function main(): Promise<void> {
   }));
   const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: PREFIX });
   const worker = spawnNode('apps/worker/src/main.ts', {
-    nodeArgs: ['--import', PROBE],
+    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
     env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: PREFIX, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: String(Math.max(...LEVELS)) },
   });
   const raw = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'raw', modelUrl })] });
@@ -66,8 +66,10 @@ async function main(): Promise<void> {
       if (withRedis) await stats.reset();
       const cpu = (): number[] => [gateway.child.cpuSeconds(), worker.cpuSeconds(), cpuSecondsOf(redis.pid)];
       const cpuBefore = cpu();
-      side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
-      const done = await side.next<Message & { first: string; lags: string; turns: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
+      const done = await profiledWindow(`streaming ${withRedis ? 'cadre' : 'raw'} ${sessions}`, () => {
+        side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
+        return side.next<Message & { first: string; lags: string; turns: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
+      });
       const cpuUsed = cpu().map((s, i) => round(((s - cpuBefore[i]!) * 1000) / done.turns, 2));
       const first = base64ToF64(done.first);
       const figures: Figures = {
