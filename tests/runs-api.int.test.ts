@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runsCall, waitUntil } from '@cadre/testing';
-import { KeyBuilder } from '@cadre/store';
+import { KeyBuilder, type RedisClient } from '@cadre/store';
+import { connectGatewayRedis } from '../apps/gateway/src/redis-connections.ts';
 import { TestStack } from './support/stack.ts';
 
 const RUNS_KEY = 'runs-test-key';
@@ -190,7 +191,7 @@ describe('runs API: the original contract', () => {
     }
   });
 
-  it('sends heartbeats over a connection of their own, not autopipelined with the gateway\'s other commands', async () => {
+  it('sends heartbeats over a connection of their own (cadre-gateway-heartbeats)', async () => {
     const heartbeat = async () => expect((await call('POST', '/api/runs/workers/heartbeat', { workspace_id: 'ws-conn', worker_id: 'vm', status: 'ready' })).status).toBe(200);
     await heartbeat();
     const redis = stack.redis.connect();
@@ -207,6 +208,29 @@ describe('runs API: the original contract', () => {
       }, { timeoutMs: 5_000 });
     } finally {
       redis.disconnect();
+    }
+  });
+
+  it('writes each heartbeat to that connection at once: it is not autopipelined as the gateway\'s command connection is', async () => {
+    // The connections as startGateway opens them. Whether two commands issued in one turn of the event loop go out
+    // in one write is decided in the client, and no Redis statistic tells (a busy server reads separate writes in
+    // one go too), so the test asks the client: an autopipelining one holds them for the turn's end, counted in its
+    // autoPipelineQueueSize; one without writes each as it is issued.
+    const connections = connectGatewayRedis(stack.redis.target, () => undefined);
+    try {
+      const { commands, heartbeats } = connections;
+      await Promise.all([commands.ping(), heartbeats.ping()]); // connected: a Cluster client knows its slots
+      const heldForOneWrite = async (client: RedisClient): Promise<number> => {
+        // Two heartbeats' worth of commands in one turn, as two VM agents' heartbeats arriving together would be.
+        const replies = [client.exists('{hb-probe}a'), client.exists('{hb-probe}b')];
+        const held = client.autoPipelineQueueSize;
+        await Promise.all(replies);
+        return held;
+      };
+      expect(await heldForOneWrite(commands)).toBe(2); // the probe sees autopipelining where it is on
+      expect(await heldForOneWrite(heartbeats)).toBe(0);
+    } finally {
+      await Promise.all(Object.values(connections).map((c) => c.quit().catch(() => undefined)));
     }
   });
 });

@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram } from 'prom-client';
 import { awaitWithin } from '@cadre/lifecycle';
 import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, logInboxFailure, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
 import { SessionEngine, SessionQueue } from '@cadre/session';
-import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, connectRedis, eventsAppendedOver, type LoggedEvent } from '@cadre/store';
+import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, eventsAppendedOver, type LoggedEvent } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
 import { agentService } from './grpc/agent.service.ts';
@@ -13,6 +13,7 @@ import { grpcTelemetry } from './grpc/telemetry.ts';
 import { buildHttpApp } from './http/app.ts';
 import { SseSessions } from './http/sse.ts';
 import { listenOnePort, type OnePortListener } from './net/one-port.ts';
+import { connectGatewayRedis } from './redis-connections.ts';
 import { TaskService } from './tasks/task-service.ts';
 import { RunService } from './runs/run-service.ts';
 import { RunApprovals } from './runs/run-approvals.ts';
@@ -44,10 +45,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const startedAt = new Date();
   const keys = new KeyBuilder(config.keyPrefix);
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
-  const redis = connectRedis(config.redis, 'cadre-gateway', { autoPipelining: true, onError: onRedisError });
-  const bullConnection = connectRedis(config.redis, 'cadre-gateway-queue', { onError: onRedisError });
-  // VM agents' heartbeats: one script call each, sent at once rather than batched (see RunStoreOptions).
-  const heartbeatRedis = connectRedis(config.redis, 'cadre-gateway-heartbeats', { onError: onRedisError });
+  const { commands: redis, queue: bullConnection, heartbeats: heartbeatRedis, subscriber } = connectGatewayRedis(config.redis, onRedisError);
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
@@ -65,7 +63,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   };
   const fanout = new EventFanout({
     keys,
-    subscriber: connectRedis(config.redis, 'cadre-gateway-sub', { shardedSubscriber: true, onError: onRedisError }),
+    subscriber,
     watcherBufferLimit: config.watcherBufferLimit,
     logger,
     onLiveDelivery: observeLag(fanoutLag),
