@@ -1,10 +1,11 @@
 // A message's access check on a session the gateway has already seen (issue 9): the session's workspace never
 // changes, so the engine answers it from memory and the message's path to its turn loses the read before the
-// startTurn script. Counted by the server (INFO commandstats, commands run inside Lua included) on this file's
-// private Redis, as tests/redis-commands.int.test.ts counts a task's; and the refusals stay what they were.
+// startTurn script. Counted per connection (commandsOf: the server's MONITOR, the engine's calls and the commands
+// their scripts ran, as INFO commandstats counts them), so nothing else on the server can move the figures; and the
+// refusals stay what they were.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { startTestRedis, type TestRedis } from '@cadre/testing';
+import { commandsOf, startTestRedis, type TestRedis } from '@cadre/testing';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 
@@ -34,16 +35,6 @@ afterAll(async () => {
 const newEngine = (): SessionEngine =>
   new SessionEngine({ store: new SessionStore({ redis, keys }), queue, fanout: new EventFanout({ keys, subscriber }), defaultModel: 'cadre-scripted' });
 
-/** Commands the server ran for `step`, by command (CONFIG RESETSTAT before, INFO commandstats after; neither counted). */
-async function commandsOf(step: () => Promise<unknown>): Promise<Record<string, number>> {
-  await admin.config('RESETSTAT');
-  await step();
-  const counts: Record<string, number> = {};
-  for (const m of (await admin.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
-    if (m[1] !== 'info' && m[1] !== 'config|resetstat') counts[m[1]!] = Number(m[2]);
-  }
-  return counts;
-}
 const total = (counts: Record<string, number>): number => Object.values(counts).reduce((a, b) => a + b, 0);
 
 const A = { workspaces: 'ws-a' } as const;
@@ -56,9 +47,9 @@ describe('a message to a session the engine has seen', () => {
     await creator.sendMessage(A, (await creator.create(A, { workspace_id: 'ws-a' })).session_id, { content: 'warm-up' });
     const seen = (await creator.create(A, { workspace_id: 'ws-a' })).session_id;
     const unseen = (await creator.create(A, { workspace_id: 'ws-a' })).session_id;
-    const warm = await commandsOf(() => creator.sendMessage(A, seen, { content: 'hello', message_id: 'm1' }));
+    const warm = await commandsOf(admin, redis, () => creator.sendMessage(A, seen, { content: 'hello', message_id: 'm1' }));
     // Another gateway: it has not seen `unseen`, so it reads its workspace (HMGET of the session's meta) first.
-    const cold = await commandsOf(() => newEngine().sendMessage(A, unseen, { content: 'hello', message_id: 'm1' }));
+    const cold = await commandsOf(admin, redis, () => newEngine().sendMessage(A, unseen, { content: 'hello', message_id: 'm1' }));
     expect(total(warm)).toBe(total(cold) - 1);
     expect(warm.hmget ?? 0).toBe((cold.hmget ?? 0) - 1);
     // Both turns started: their user_message is in the log and their job is in the queue.
