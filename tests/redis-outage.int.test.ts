@@ -5,13 +5,17 @@
 // Redis never comes back resolves within its bound, with no loop left running.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, type RestartableRedis } from '@cadre/testing';
+import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, waitUntil, type RestartableRedis } from '@cadre/testing';
 import { Scrape } from './support/prometheus.ts';
 import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
-/** How long writes are refused, then how long Redis is gone: setup parameters of the outage, not waits for a state. */
+/**
+ * How long writes are refused (unless the test waits for a loop to meet the refusal), then how long Redis is gone:
+ * setup parameters of the outage, not waits for a state.
+ */
 const READONLY_MS = 2_000;
 const DOWN_MS = 3_000;
 /** Longer than the outage, so the attempt's lease is still its own when Redis is back (the hand-back is fenced by it). */
@@ -20,6 +24,8 @@ const LOCK_MS = '30000';
 let stack: TestStack | undefined;
 let redis: RestartableRedis | undefined;
 let redisDown = false;
+/** The worker pool's log from warn up, line by line (what an operator reads). */
+let workerLog: Array<{ msg: string; workerId?: string; err?: { message?: string } }> = [];
 
 afterEach(async () => {
   // The gateway and the other closes need a Redis to say goodbye to.
@@ -32,7 +38,9 @@ afterEach(async () => {
 async function startStack(env: Record<string, string> = {}): Promise<TestStack> {
   redis = await startRestartableRedis();
   stack = await TestStack.start({ redis, workers: 0 });
-  await stack.addWorkerPool({ CADRE_JOB_LOCK_MS: LOCK_MS, WORKER_METRICS_PORT: String(await freePort()), WORKER_METRICS_HOST: '127.0.0.1', ...env });
+  workerLog = [];
+  const logger = pino({ level: 'warn' }, { write: (line: string) => void workerLog.push(JSON.parse(line)) });
+  await stack.addWorkerPool({ CADRE_JOB_LOCK_MS: LOCK_MS, WORKER_METRICS_PORT: String(await freePort()), WORKER_METRICS_HOST: '127.0.0.1', ...env }, logger);
   return stack;
 }
 
@@ -45,14 +53,14 @@ async function handedBack(): Promise<Record<'worker_shutdown' | 'redis_unavailab
 
 /**
  * The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then
- * back. `refusing` runs as soon as writes are refused.
+ * back. `refusing` runs as soon as writes are refused; `refused` is how long they are (default READONLY_MS).
  */
-async function failover(refusing: () => void = () => undefined): Promise<void> {
+async function failover(refusing: () => void = () => undefined, refused: () => Promise<unknown> = () => sleep(READONLY_MS)): Promise<void> {
   const admin = new Redis(redis!.url);
   await admin.replicaof('127.0.0.1', await freePort());
   admin.disconnect();
   refusing();
-  await sleep(READONLY_MS);
+  await refused();
   redis!.kill();
   redisDown = true;
   await sleep(DOWN_MS);
@@ -73,10 +81,11 @@ const WAITER = { role: 'waiter', instructions: 'Answer when let through. [[scrip
 async function waiterThroughFailover(env: Record<string, string> = {}) {
   await startStack(env);
   const taskId = await createTask([WAITER]);
-  // Mid-loop: its model call waits at the gate, let through once writes are refused, so the loop's next write
-  // (its answer) meets the outage.
+  // Mid-loop: its model call waits at the gate, let through once writes are refused; Redis goes away only once the
+  // loop has met the refusal (its next write, the answer's, refused with READONLY), however long that took.
   await stack!.model.holding('failover');
-  await failover(() => stack!.model.release('failover'));
+  await failover(() => stack!.model.release('failover'), () => waitUntil('the waiter\'s loop to stop on a refused write', () =>
+    workerLog.some((line) => line.msg === 'loop stopped: Redis unavailable' && line.workerId === 'waiter-1' && line.err?.message?.startsWith('READONLY'))));
   const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
   assertContiguous(events.map((e) => e.seq));
   return { events, mine: events.filter((e) => e.worker_id === 'waiter-1') };

@@ -4,7 +4,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
 import { gatewayConfig } from '../../apps/gateway/src/config.ts';
 import { startGateway, type Gateway } from '../../apps/gateway/src/gateway.ts';
@@ -78,9 +78,10 @@ export class TestStack {
     return gateway;
   }
 
-  async addWorkerPool(env: Record<string, string> = {}): Promise<WorkerPool> {
+  /** A worker pool in this process; `logger`: where it logs (default: nowhere), for a test that waits on its log. */
+  async addWorkerPool(env: Record<string, string> = {}, logger: Logger = silent): Promise<WorkerPool> {
     const config = workerConfig({ ...this.env, ...env });
-    const pool = await startWorkerPool({ ...config, redis: this.redis.target, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, silent);
+    const pool = await startWorkerPool({ ...config, redis: this.redis.target, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, logger);
     this.pools.push(pool);
     return pool;
   }
