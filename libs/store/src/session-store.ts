@@ -126,7 +126,7 @@ export class SessionStore {
       ? [{ type: 'text', text: turn.content }, ...turn.image_urls.map((url) => ({ type: 'image_url', image_url: { url } }))]
       : turn.content;
     const wake = await this.scripts.startTurn(
-      ...this.k(sessionId), this.keys.session(sessionId).approvals, sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
+      ...this.k7(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
       turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (wake < 0) throw scriptError(wake, 'user message');

@@ -28,6 +28,6 @@ if ARGV[5] ~= '' then
   local turn
   wake, turn = beginTurn(sid, maxLen, channel, ARGV[5], ARGV[6])
   redis.call('RPUSH', transcriptKey, cjson.encode({ role = 'user', content = ARGV[6] }))
-  touchSessionAndInputs(tonumber(redis.call('HGET', metaKey, 'ttl')))
+  touchEverySessionKey(tonumber(redis.call('HGET', metaKey, 'ttl')))
 end
 return { aborted, dropped, wake, abortedStartedAt }

@@ -19,7 +19,6 @@ dropInputs(ARGV[1], ARGV[4], ARGV[5], 'session_closed')
 local turnStartedAt = endTurn(ARGV[1], ARGV[4], ARGV[5], 'cancelled', now) or -1
 redis.call('HSET', metaKey, 'status', 'closed', 'lease', '', 'closed_reason', ARGV[2], 'closed_at', now, 'updated_at', now)
 appendEvent(ARGV[1], ARGV[4], ARGV[5], 'session_closed', cjson.encode({ reason = ARGV[2] }))
-touchSession(tonumber(ARGV[3]))
-if redis.call('EXISTS', approvalsKey) == 1 then redis.call('EXPIRE', approvalsKey, tonumber(ARGV[3])) end
+touchEverySessionKey(tonumber(ARGV[3]))
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return { 1, turnStartedAt }

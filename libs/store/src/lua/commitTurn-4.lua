@@ -18,7 +18,7 @@ if m[1] ~= 'running' or m[2] ~= ARGV[2] then return ERR.lease_lost end
 for _, entry in ipairs(cjson.decode(ARGV[3])) do redis.call('RPUSH', transcriptKey, entry) end
 local calls = cjson.decode(ARGV[4])
 for _, call in ipairs(calls) do redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call)) end
-if #calls > 0 then liveWithSession(callsKey, tonumber(redis.call('HGET', metaKey, 'ttl'))) end
+if #calls > 0 then liveWithSession(callsKey) end
 local fields = cjson.decode(ARGV[5])
 fields.updated_at = nowMs()
 for k, v in pairs(fields) do redis.call('HSET', metaKey, k, v) end

@@ -50,7 +50,7 @@ if modifier ~= '' then
 end
 if approved and ARGV[9] ~= '' then
   redis.call('SADD', KEYS[5], ARGV[9])
-  liveWithSession(KEYS[5], tonumber(ARGV[10]))
+  redis.call('PEXPIRE', KEYS[5], math.max(tonumber(ARGV[10]) * 1000, redis.call('PTTL', metaKey)))
 end
 local maxLen, channel = ARGV[6], ARGV[7]
 local resolved = {

@@ -18,14 +18,13 @@ local status = redis.call('HGET', metaKey, 'status')
 if status == 'closed' then return { ERR.session_closed } end
 local kind, entry = ARGV[2], cjson.decode(ARGV[3])
 local key = kind == 'steer' and steerKey or followKey
-local ttl = tonumber(redis.call('HGET', metaKey, 'ttl'))
 if status == 'idle' then
   redis.call('RPUSH', key, ARGV[3])
   return { 1, continueWithQueued(ARGV[1], ARGV[5], ARGV[6]) }
 end
 if redis.call('LLEN', key) >= tonumber(ARGV[4]) then return { ERR.queue_full } end
 local position = redis.call('RPUSH', key, ARGV[3])
-liveWithSession(key, ttl)
+liveWithSession(key)
 appendEvent(ARGV[1], ARGV[5], ARGV[6], 'input_queued',
   cjson.encode({ input_id = entry.input_id, kind = kind, content = entry.content, position = position }))
 local interrupt = redis.call('HGET', metaKey, 'interrupt_mode')

@@ -38,15 +38,14 @@ local function deliverInputs(sessionId, maxLen, channel, kind, inputs, turn)
   end
 end
 
--- touchSession for the queues too: a park kept them with the session's other keys (parkTurn-8.lua), and inputs
--- left queued must not outlive the meta hash once a turn's start shortens it again.
-local function touchSessionAndInputs(ttl)
-  touchSession(ttl)
-  redis.call('EXPIRE', steerKey, ttl)
-  redis.call('EXPIRE', followKey, ttl)
+-- Every key of the session, `ttl` seconds from now: a turn's start (the idle TTL) and a close (the retention).
+-- Inputs left queued by a turn that ended early, and earlier turns' records, keep no expiry of their own: a park
+-- (parkTurn-8.lua) kept them as long as the rest, and a turn's start that shortens the rest shortens them too.
+local function touchEverySessionKey(ttl)
+  expireTogether({ metaKey, eventsKey, transcriptKey, callsKey, steerKey, followKey, approvalsKey }, ttl)
 end
 
--- Starts a turn on an idle session (as startTurn-5.lua does, with the session's tools): the caller pushes the
+-- Starts a turn on an idle session (as startTurn-7.lua does, with the session's tools): the caller pushes the
 -- turn's user messages after this. Returns the new wake and turn number.
 local function beginTurn(sessionId, maxLen, channel, messageId, content)
   local wake = redis.call('HINCRBY', metaKey, 'wake', 1)
@@ -69,7 +68,7 @@ local function continueWithQueued(sessionId, maxLen, channel)
   local wake, turn = beginTurn(sessionId, maxLen, channel, first.input_id, first.content)
   deliverInputs(sessionId, maxLen, channel, 'steer', steers, turn)
   deliverInputs(sessionId, maxLen, channel, 'follow_up', follows, turn)
-  touchSessionAndInputs(tonumber(redis.call('HGET', metaKey, 'ttl')))
+  touchEverySessionKey(tonumber(redis.call('HGET', metaKey, 'ttl')))
   return wake
 end
 

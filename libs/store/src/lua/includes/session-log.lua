@@ -26,7 +26,7 @@ end
 
 -- Clears the current turn's calls for the next turn. Their approval records (all settled by now: a turn ends
 -- before the next starts) move to the session's approvals hash (`approvalsKey`, id → the call JSON), where
--- GET /api/approvals/:id reads them for as long as the session's keys live.
+-- GET /api/approvals/:id reads them for as long as the session's keys live (the caller gives it their expiry).
 local function clearCalls(approvalsKey)
   local flat = redis.call('HGETALL', callsKey)
   for i = 2, #flat, 2 do
@@ -34,18 +34,26 @@ local function clearCalls(approvalsKey)
     if call.approval then redis.call('HSET', approvalsKey, call.approval.approval_id, flat[i]) end
   end
   redis.call('DEL', callsKey)
-  if redis.call('EXISTS', approvalsKey) == 1 then redis.call('EXPIRE', approvalsKey, tonumber(redis.call('HGET', metaKey, 'ttl'))) end
 end
 
--- Every key of the session lives as long as the session may still be used: `ttl` seconds from now.
+-- Every key of a session expires at the same millisecond: none outlives the meta hash, none goes before it.
+-- `keys` (the session's keys the script holds) live as long as the session may still be used: `ttl` seconds from now.
+local function expireTogether(keys, ttl)
+  local at = nowMs() + ttl * 1000
+  for _, key in ipairs(keys) do redis.call('PEXPIREAT', key, at) end
+end
+
+-- The four keys above: all a session has when it is created (createSession-4.lua). A turn's start and a close
+-- set every key of the session (touchEverySessionKey in session-inputs.lua).
 local function touchSession(ttl)
-  for _, key in ipairs({ metaKey, eventsKey, transcriptKey, callsKey }) do redis.call('EXPIRE', key, ttl) end
+  expireTogether({ metaKey, eventsKey, transcriptKey, callsKey }, ttl)
 end
 
--- A key made after the turn's start (its calls, a queued input) lives `ttl` from now, or as long as the meta hash
--- when that is longer (a parked turn keeps the session's keys until past its last deadline: parkTurn-8.lua).
-local function liveWithSession(key, ttl)
-  redis.call('PEXPIRE', key, math.max(ttl * 1000, redis.call('PTTL', metaKey)))
+-- A key written after the session's keys got their expiry (the turn's calls, a queued input) expires with them,
+-- to the millisecond: the meta hash's expiry, a turn's start or a park's (parkTurn-8.lua) alike.
+local function liveWithSession(key)
+  local at = redis.call('PEXPIRETIME', metaKey)
+  if at > 0 then redis.call('PEXPIREAT', key, at) end
 end
 
 -- Ends the turn in progress (if any): pending client calls are settled as cancelled and the turn gets its

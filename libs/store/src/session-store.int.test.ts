@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
+import { KeyBuilder } from './keys.ts';
+import { SessionStore } from './session-store.ts';
+import type { ClientCall } from './session-types.ts';
+
+let server: TestRedis;
+let redis: TestRedisClient;
+const keys = new KeyBuilder(`sess${process.pid}`);
+const IDLE_TTL_SEC = 600;
+const RETENTION_SEC = 3600;
+let store: SessionStore;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = server.connect();
+  store = new SessionStore({ redis, keys, idleTtlSec: IDLE_TTL_SEC, retentionSec: RETENTION_SEC });
+});
+afterAll(async () => {
+  redis?.disconnect();
+  await server?.stop();
+});
+
+/** Every key a session can have, by its name in keys.ts. */
+function sessionKeys(sessionId: string): Record<string, string> {
+  const k = keys.session(sessionId);
+  return { meta: k.meta, events: k.events, transcript: k.transcript, calls: k.calls, steer: k.steer, followup: k.followUp, approvals: k.approvals };
+}
+
+/** When each key of the session that exists expires (PEXPIRETIME, ms), by name. */
+async function expiries(sessionId: string): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const [name, key] of Object.entries(sessionKeys(sessionId))) {
+    const at = await redis.pexpiretime(key);
+    if (at !== -2) out[name] = at;
+  }
+  return out;
+}
+
+/** Every key present expires at the meta hash's millisecond; returns that time. */
+async function expireTogether(sessionId: string, present: string[]): Promise<number> {
+  const at = await expiries(sessionId);
+  expect(Object.keys(at).sort()).toEqual([...present].sort());
+  expect(at).toEqual(Object.fromEntries(present.map((name) => [name, at.meta])));
+  return at.meta!;
+}
+
+/** Redis's clock (TIME), in ms: what the scripts count expiries from. */
+async function redisNow(): Promise<number> {
+  const [seconds, micros] = await redis.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/** Waits until Redis's clock has moved past this millisecond, so a later expiry set "ttl from now" is a later one. */
+async function clockMovesOn(): Promise<void> {
+  const then = await redisNow();
+  await waitUntil('Redis\'s clock to move on', async () => (await redisNow()) > then, { everyMs: 1 });
+}
+
+const newSession = () => store.createSession({
+  workspace_id: 'ws-ttl', model: 'm', tools: [], transcript: [], project_context: [], system_context: '', max_context_tokens: 1000, approval_policy: [], stop_on_denial: false,
+});
+
+/** A client tool call the turn waits on for an hour (a park keeps the session until past that deadline). */
+const clientCall = (id: string): ClientCall => ({
+  tool_call_id: id, tool_name: 'lookup', arguments: '{}', order: 0, timeout_ms: 3_600_000, deadline_ms: Date.now() + 3_600_000, status: 'pending',
+});
+
+describe('session keys\' expiry', () => {
+  it('every key of a session expires together through the steps a client takes: queued inputs, a park, an early end, the next turns, the close', async () => {
+    const { session_id: id } = await newSession();
+    await expireTogether(id, ['meta', 'events']);
+
+    // Turn 1 runs and records a client call; follow-ups and a steer are queued while it runs.
+    const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'first' });
+    expect((await store.claimTurn(id, wake1, 'lease-1', 'host')).kind).toBe('taken');
+    await clockMovesOn();
+    await store.commitTurn(id, 'lease-1', { calls: [clientCall('call-1')] });
+    await clockMovesOn();
+    for (const input of ['f1', 'f2']) await store.queueInput(id, 'follow_up', { input_id: input, content: input }, 10);
+    await store.queueInput(id, 'steer', { input_id: 's1', content: 'steer' }, 10);
+    const started1 = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followup']);
+
+    // It parks on the call: every key is kept until the idle TTL past the call's deadline, an hour on.
+    expect(await store.parkTurn(id, 'lease-1')).toBe(true);
+    const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followup']);
+    expect(parked).toBeGreaterThan(started1 + 3_000_000);
+
+    // The client cancels: the turn ends early, its queued inputs stay. The next turn's start gives every key the
+    // idle TTL from now, the queues too, shorter than the park's.
+    await clockMovesOn();
+    expect(await store.cancelTurn(id, 'cancelled')).not.toBeNull();
+    const wake2 = await store.startTurn(id, { message_id: 'm2', content: 'second' });
+    const started2 = await expireTogether(id, ['meta', 'events', 'transcript', 'steer', 'followup']);
+    expect(started2).toBeLessThan(parked);
+    expect(started2).toBeGreaterThan(started1);
+
+    // Turn 2 takes the steer and ends: the first follow-up starts turn 3, the second stays queued with the rest.
+    expect((await store.claimTurn(id, wake2, 'lease-2', 'host')).kind).toBe('taken');
+    expect(await store.deliverSteering(id, 'lease-2')).toBe(1);
+    await clockMovesOn();
+    expect(await store.finishTurn(id, 'lease-2', {}, 'end_turn')).toMatchObject({ kind: 'ended', next: wake2 + 1 });
+    expect((await store.getSession(id))!.queued_follow_ups.map((f) => f.input_id)).toEqual(['f2']);
+    const started3 = await expireTogether(id, ['meta', 'events', 'transcript', 'followup']);
+    expect(started3).toBeGreaterThan(started2);
+
+    // The close drops the queue; what is left is kept for the retention period, all of it together.
+    await store.closeSession(id, 'done');
+    const closed = await expireTogether(id, ['meta', 'events', 'transcript']);
+    expect(closed).toBeGreaterThan(started3);
+  });
+});
