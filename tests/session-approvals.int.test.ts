@@ -391,8 +391,8 @@ describe('session approvals', () => {
 
   it('a parked turn keeps every key of its session, and its place in the parked index, until past its last deadline, though the idle TTL is shorter', async () => {
     const pool = await stack.addWorkerPool();
-    // Sessions made through this gateway live 60 s after their turn began (the least CADRE_SESSION_IDLE_TTL_SEC takes);
-    // its session-scope grants are kept 60 s (the least CADRE_EVENT_RETENTION_SEC takes).
+    // Sessions made through this gateway live 60 s after their turn began (the least CADRE_SESSION_IDLE_TTL_SEC takes),
+    // their session-scope grants with them; a closed one's keys 60 s (the least CADRE_EVENT_RETENTION_SEC takes).
     const short = httpClient(`http://127.0.0.1:${(await stack.addGateway({ CADRE_SESSION_IDLE_TTL_SEC: '60', CADRE_EVENT_RETENTION_SEC: '60' })).port}`);
     try {
       const created = await short.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'sess-ttl', approval_policy: { rules: [{ tool: 'calculate', action: 'ask', timeout_secs: 3600 }] } });

@@ -250,7 +250,7 @@ describe('steering and follow-ups', () => {
     const id = await newSession();
     await api().post(`/api/sessions/${id}/messages`, { content: `Tell me a story ${SLOW}` });
     await eventsUntil(id, count('text_delta', 1));
-    // The notice a steer sends (lua/queueInput-7.lua) reaching the worker after the boundary that delivered the
+    // The notice a steer sends (lua/queueInput-8.lua) reaching the worker after the boundary that delivered the
     // steer: the model call running now answers that steer, and nothing waits.
     await redis.publish(new KeyBuilder(stack.prefix).cancelChannel(), `steer:${id}`);
     const all = await eventsUntil(id, count('turn_complete', 1));

@@ -35,7 +35,7 @@ export class CancelRegistry {
   async listen(opts: { subscriber: RedisClient; channel: string; checkEveryMs?: number }): Promise<void> {
     const { subscriber } = opts;
     subscriber.on('message', (_channel: string, message: string) => {
-      // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-7.lua), not a cancel.
+      // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-8.lua), not a cancel.
       if (message.startsWith(STEER_PREFIX)) this.steer(message.slice(STEER_PREFIX.length));
       else this.abortTask(message, 'cancelled');
     });

@@ -24,7 +24,10 @@ afterAll(async () => {
 /** Every key a session can have, by its name in keys.ts. */
 function sessionKeys(sessionId: string): Record<string, string> {
   const k = keys.session(sessionId);
-  return { meta: k.meta, events: k.events, transcript: k.transcript, calls: k.calls, steer: k.steer, followup: k.followUp, approvals: k.approvals };
+  return {
+    meta: k.meta, events: k.events, transcript: k.transcript, calls: k.calls, steer: k.steer, followup: k.followUp, approvals: k.approvals,
+    grants: keys.sessionGrants(sessionId),
+  };
 }
 
 /** When each key of the session that exists expires (PEXPIRETIME, ms), by name. */
@@ -65,6 +68,15 @@ const newSession = () => store.createSession({
 const clientCall = (id: string): ClientCall => ({
   tool_call_id: id, tool_name: 'lookup', arguments: '{}', order: 0, timeout_ms: 3_600_000, deadline_ms: Date.now() + 3_600_000, status: 'pending',
 });
+
+/** A builtin call that waits a minute for an approval (the session's `calculate`). */
+const askingCall = (id: string): ClientCall => {
+  const now = Date.now();
+  return {
+    tool_call_id: id, tool_name: 'calculate', arguments: '{"expression":"1+1"}', order: 0, timeout_ms: 0, deadline_ms: 0, status: 'pending', builtin: true,
+    approval: { approval_id: `s.${id}`, status: 'pending', reason: 'ask', timeout_secs: 60, created_at: now, expires_at: now + 60_000 },
+  };
+};
 
 describe('session keys\' expiry', () => {
   it('every key of a session expires together through the steps a client takes: queued inputs, a park, an early end, the next turns, the close', async () => {
@@ -108,5 +120,32 @@ describe('session keys\' expiry', () => {
     await store.closeSession(id, 'done');
     const closed = await expireTogether(id, ['meta', 'events', 'transcript']);
     expect(closed).toBeGreaterThan(started3);
+  });
+
+  it('a session-scope grant expires with its session, never after it: decided while parked, then the next turn, then the close', async () => {
+    const { session_id: id } = await newSession();
+    const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'sum' });
+    await store.claimTurn(id, wake1, 'lease-1', 'host');
+    await store.commitTurn(id, 'lease-1', { calls: [askingCall('call-1')] });
+    // Parked on the approval: the session is kept the idle TTL past its deadline (a minute on), not the retention.
+    expect(await store.parkTurn(id, 'lease-1')).toBe(true);
+    const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls']);
+
+    // Approved for the rest of the session: the grant expires with the session's keys, though the retention is longer.
+    const { wake } = await store.decideApproval(id, 'call-1', 'approved', '', 'tester', 'session');
+    expect(await store.granted(id, [{ tool: 'calculate', arguments: '{"expression":"1+1"}' }])).toEqual([true]);
+    expect(await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'grants'])).toBe(parked);
+
+    // The turn ends; the next one's start gives every key, the grant too, the idle TTL from then.
+    await store.claimTurn(id, wake, 'lease-2', 'host');
+    expect(await store.finishTurn(id, 'lease-2', {}, 'end_turn')).toEqual({ kind: 'ended', next: 0 });
+    await clockMovesOn();
+    await store.startTurn(id, { message_id: 'm2', content: 'again' });
+    const started = await expireTogether(id, ['meta', 'events', 'transcript', 'approvals', 'grants']);
+    expect(started).toBeLessThan(parked);
+
+    // Closed: the retention period for every key, the grant's and the earlier turn's approval record's included.
+    await store.closeSession(id, 'done');
+    expect(await expireTogether(id, ['meta', 'events', 'transcript', 'approvals', 'grants'])).toBeGreaterThan(started);
   });
 });

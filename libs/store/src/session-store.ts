@@ -73,10 +73,13 @@ export class SessionStore {
     return this.redis.hget(this.keys.session(sessionId).meta, 'lease');
   }
 
-  /** The session keys plus its steer and follow-up lists and its earlier turns' approvals (the *-7 scripts). */
-  private k7(sessionId: string): string[] {
+  /**
+   * Every key of the session: the session keys plus its steer and follow-up lists, its earlier turns' approvals and
+   * its grants (the *-8 scripts, which set the expiry of all of them together).
+   */
+  private k8(sessionId: string): string[] {
     const k = this.keys.session(sessionId);
-    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp, k.approvals];
+    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp, k.approvals, this.keys.sessionGrants(sessionId)];
   }
 
 
@@ -126,7 +129,7 @@ export class SessionStore {
       ? [{ type: 'text', text: turn.content }, ...turn.image_urls.map((url) => ({ type: 'image_url', image_url: { url } }))]
       : turn.content;
     const wake = await this.scripts.startTurn(
-      ...this.k7(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
+      ...this.k8(sessionId), sessionId, turn.message_id, JSON.stringify({ role: 'user', content }),
       turn.tools ? JSON.stringify(turn.tools.map((t) => JSON.stringify(t))) : '', turn.system_context ?? '', this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (wake < 0) throw scriptError(wake, 'user message');
@@ -273,7 +276,7 @@ export class SessionStore {
     const now = Date.now();
     const parked = this.keys.sessionsParked();
     await this.redis.multi().zadd(parked, now + this.idleTtlSec * 1000, sessionId).zremrangebyscore(parked, '-inf', `(${now}`).exec();
-    const keepUntil = await this.scripts.parkTurn(...this.k7(sessionId), this.keys.sessionGrants(sessionId), lease).catch(async (err: unknown) => {
+    const keepUntil = await this.scripts.parkTurn(...this.k8(sessionId), lease).catch(async (err: unknown) => {
       await this.unpark(sessionId);
       throw err;
     });
@@ -308,7 +311,7 @@ export class SessionStore {
       if (call) grant = approvalGrant(call.tool_name, modifier || call.arguments);
     }
     const [code, raw] = await this.scripts.decideSessionApproval(
-      ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant, this.retentionSec,
+      ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant,
       status === 'approved' ? modifier : '',
     );
     if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(id, (JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided');
@@ -362,7 +365,7 @@ export class SessionStore {
   /** Closes the session (`already`: it was closed before) and ends its turn in progress, if any (`endedTurn`). */
   async closeSession(sessionId: string, reason: string): Promise<{ closed: 'closed' | 'already'; endedTurn: EndedTurn | null }> {
     const [code, turnStartedAt = -1] = await this.endingTurn(sessionId, () => this.scripts.closeSession(
-      ...this.k7(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
+      ...this.k8(sessionId), sessionId, reason, this.retentionSec, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
     ));
     if (code < 0) throw scriptError(code, 'close session');
     if (code !== 1) return { closed: 'already', endedTurn: null };
@@ -419,7 +422,7 @@ export class SessionStore {
    */
   async queueInput(sessionId: string, kind: InputKind, input: { input_id: string; content: string }, maxQueued: number): Promise<{ kind: 'queued'; position: number } | { kind: 'started'; wake: number }> {
     const entry = JSON.stringify({ input_id: input.input_id, content: input.content, queued_at: new Date().toISOString() });
-    const [code, value] = await this.scripts.queueInput(...this.k7(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
+    const [code, value] = await this.scripts.queueInput(...this.k8(sessionId), sessionId, kind, entry, maxQueued, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel());
     if (code < 0) throw scriptError(code, kind === 'steer' ? 'steer' : 'follow-up');
     return code === 1 ? { kind: 'started', wake: value ?? 0 } : { kind: 'queued', position: value ?? 0 };
   }
@@ -427,7 +430,7 @@ export class SessionStore {
   /** A model-turn boundary: delivers queued steering (after `before`, a cut-short answer); returns how many. */
   async deliverSteering(sessionId: string, lease: string, before: { messages?: object[]; events?: SessionEventInput[] } = {}): Promise<number> {
     const n = await this.scripts.deliverSteering(
-      ...this.k7(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
+      ...this.k8(sessionId), sessionId, lease, JSON.stringify((before.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(encodeEvents(before.events)), this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (n < 0) throw scriptError(n, 'deliver steering');
@@ -443,12 +446,12 @@ export class SessionStore {
   }
 
   /**
-   * The turn's last step (lua/finishTurn-7.lua): `continue` when steering arrived and the turn goes on, else the
+   * The turn's last step (lua/finishTurn-8.lua): `continue` when steering arrived and the turn goes on, else the
    * turn ended and `next` is the wake of the turn queued inputs started (0 = none).
    */
   async finishTurn(sessionId: string, lease: string, step: TurnCommit, stopReason: string): Promise<{ kind: 'continue' } | { kind: 'ended'; next: number }> {
     const [code, wake] = await this.scripts.finishTurn(
-      ...this.k7(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
+      ...this.k8(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.fields ?? {}), JSON.stringify(encodeEvents(step.events)), stopReason, this.maxEvents, this.keys.sessionAppended(sessionId),
     );
     if (code < 0) throw scriptError(code, 'finish turn');
@@ -458,7 +461,7 @@ export class SessionStore {
   /** abort / abort_and_prompt: drops the queues, ends the turn, and with a prompt starts the next one. */
   async abortTurn(sessionId: string, prompt?: { message_id: string; content: string }): Promise<{ endedTurn: EndedTurn | null; dropped: number; wake: number }> {
     const [code, dropped, wake, startedAt = -1] = await this.endingTurn(sessionId, () => this.scripts.abortTurn(
-      ...this.k7(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
+      ...this.k8(sessionId), sessionId, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(), prompt?.message_id ?? '', prompt?.content ?? '',
     ));
     if (code < 0) throw scriptError(code, 'abort');
     if (code === 1) await this.unpark(sessionId);

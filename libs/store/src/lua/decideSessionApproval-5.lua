@@ -4,14 +4,13 @@
   becomes a plain client call, its tool_request is appended now and its own deadline starts. Denied or expired:
   the call is settled with a tool error the model sees. When that was the last call the parked turn waited for,
   the turn is woken (status `running`, `wake` + 1) and the caller enqueues the continuation. An approval for the
-  rest of the session also grants the same tool and arguments (KEYS[5]), so later calls like it do not ask.
+  rest of the session also grants the same tool and arguments (KEYS[5]), so later calls like it do not ask; the
+  grants set expires with the session's other keys (liveWithSession), never after them.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] grants set
   ARGV[1] sessionId   ARGV[2] approval_id, or the call's tool_call_id   ARGV[3] approved | denied | expired
   ARGV[4] reason   ARGV[5] decided_by (a key's name)   ARGV[6] max events   ARGV[7] channel
   ARGV[8] scope: once | session   ARGV[9] the grant (approvalGrant of tool and arguments) for scope session, else ''
-  ARGV[10] the grants set's expiry in seconds, or the meta hash's when that is later (a parked turn extended
-  every key of the session: parkTurn-8.lua)
-  ARGV[11] modifier (approve only): the amended arguments' JSON text (checked by the caller), or ''. The call
+  ARGV[10] modifier (approve only): the amended arguments' JSON text (checked by the caller), or ''. The call
   runs with it: a builtin's worker reads it from the call, a client's tool_request carries it as `parameters`.
   Returns { wake to enqueue (> 0) or 0, the call JSON }, or { ERR.session_not_found }, { ERR.session_closed },
   { ERR.approval_not_found }, { ERR.approval_decided, call JSON }.
@@ -38,7 +37,7 @@ local approved = ARGV[3] == 'approved'
 call.approval.status, call.approval.decided_at = ARGV[3], now
 call.approval.decided_by, call.approval.decision_reason = ARGV[5], ARGV[4]
 call.approval.scope = ARGV[8]
-local modifier = approved and ARGV[11] or ''
+local modifier = approved and ARGV[10] or ''
 if modifier ~= '' then
   call.approval.modifier = modifier
   if call.request_payload then
@@ -50,7 +49,7 @@ if modifier ~= '' then
 end
 if approved and ARGV[9] ~= '' then
   redis.call('SADD', KEYS[5], ARGV[9])
-  redis.call('PEXPIRE', KEYS[5], math.max(tonumber(ARGV[10]) * 1000, redis.call('PTTL', metaKey)))
+  liveWithSession(KEYS[5])
 end
 local maxLen, channel = ARGV[6], ARGV[7]
 local resolved = {

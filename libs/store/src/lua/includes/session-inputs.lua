@@ -1,12 +1,12 @@
--- Steering and follow-up queues (inlined at `--@include session-inputs`), for scripts whose keys are the four
--- session keys plus KEYS[5] the steer list, KEYS[6] the follow-up list and KEYS[7] the approvals hash (earlier
--- turns' approval records, see clearCalls). Each entry is JSON
--- {input_id, content, queued_at}. The meta hash holds the modes: `steering_mode` and `follow_up_mode`
+-- Steering and follow-up queues (inlined at `--@include session-inputs`), for scripts that hold every key of the
+-- session: the four session keys plus KEYS[5] the steer list, KEYS[6] the follow-up list, KEYS[7] the approvals
+-- hash (earlier turns' approval records, see clearCalls) and KEYS[8] the grants set (decideSessionApproval-5.lua).
+-- Each entry is JSON {input_id, content, queued_at}. The meta hash holds the modes: `steering_mode` and `follow_up_mode`
 -- ('one-at-a-time' (default) | 'all') and `interrupt_mode` ('immediate' (default) | 'wait').
 -- Every input gets exactly one outcome event after input_queued: input_delivered (with the turn) or input_dropped.
 --@include session-log
 
-local steerKey, followKey, approvalsKey = KEYS[5], KEYS[6], KEYS[7]
+local steerKey, followKey, approvalsKey, grantsKey = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 local function inputMode(field)
   local mode = redis.call('HGET', metaKey, field)
@@ -39,13 +39,14 @@ local function deliverInputs(sessionId, maxLen, channel, kind, inputs, turn)
 end
 
 -- Every key of the session, `ttl` seconds from now: a turn's start (the idle TTL) and a close (the retention).
--- Inputs left queued by a turn that ended early, and earlier turns' records, keep no expiry of their own: a park
--- (parkTurn-8.lua) kept them as long as the rest, and a turn's start that shortens the rest shortens them too.
+-- Inputs left queued by a turn that ended early, earlier turns' records and the session's grants keep no expiry of
+-- their own: a park (parkTurn-8.lua) kept them as long as the rest, and a turn's start that shortens the rest
+-- shortens them too. A grant never outlives its session (it is the session's, no other session reads it).
 local function touchEverySessionKey(ttl)
-  expireTogether({ metaKey, eventsKey, transcriptKey, callsKey, steerKey, followKey, approvalsKey }, ttl)
+  expireTogether({ metaKey, eventsKey, transcriptKey, callsKey, steerKey, followKey, approvalsKey, grantsKey }, ttl)
 end
 
--- Starts a turn on an idle session (as startTurn-7.lua does, with the session's tools): the caller pushes the
+-- Starts a turn on an idle session (as startTurn-8.lua does, with the session's tools): the caller pushes the
 -- turn's user messages after this. Returns the new wake and turn number.
 local function beginTurn(sessionId, maxLen, channel, messageId, content)
   local wake = redis.call('HINCRBY', metaKey, 'wake', 1)

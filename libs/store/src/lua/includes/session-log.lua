@@ -49,8 +49,8 @@ local function touchSession(ttl)
   expireTogether({ metaKey, eventsKey, transcriptKey, callsKey }, ttl)
 end
 
--- A key written after the session's keys got their expiry (the turn's calls, a queued input) expires with them,
--- to the millisecond: the meta hash's expiry, a turn's start or a park's (parkTurn-8.lua) alike.
+-- A key written after the session's keys got their expiry (the turn's calls, a queued input, a grant) expires
+-- with them, to the millisecond: at the meta hash's expiry, whether a turn's start or a park (parkTurn-8.lua) set it.
 local function liveWithSession(key)
   local at = redis.call('PEXPIRETIME', metaKey)
   if at > 0 then redis.call('PEXPIREAT', key, at) end

@@ -4,7 +4,7 @@
   (turn_complete, activity idle) and queued inputs start the next turn at once: leftover steers and follow-ups by
   the follow-up mode (one, or all batched into one turn), so none is left behind an idle session.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] lease   ARGV[3] transcript entries, JSON array of message JSON strings
   ARGV[4] meta fields, JSON object of strings   ARGV[5] events before the end, JSON array of { t, p }
   ARGV[6] stop reason   ARGV[7] max events   ARGV[8] appended channel

@@ -3,7 +3,7 @@
   `wake` names the job that runs the turn. Refused while another turn is in progress (roz: turn_in_progress).
   Every key of the session (queued inputs and earlier turns' records too) then expires the idle TTL from now.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] message_id   ARGV[3] user message JSON (transcript entry; content is text, or
   content parts: the text part, then image_url parts, which the user_message event counts as `images`)
   ARGV[4] turn tool snapshot JSON ('' = the session's tools)   ARGV[5] turn system context ('' = none)

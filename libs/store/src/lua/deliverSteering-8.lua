@@ -3,7 +3,7 @@
   by the steering mode) join the transcript as user messages, after `messages` (what the model had said when a
   steer cut its stream short) and the events that go with them.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] lease   ARGV[3] transcript entries before the steers, JSON array of message JSON strings
   ARGV[4] events before them, JSON array of { t, p }   ARGV[5] max events   ARGV[6] appended channel
   Returns how many steering messages were delivered, or ERR.session_not_found, ERR.lease_lost.

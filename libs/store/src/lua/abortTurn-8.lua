@@ -3,7 +3,7 @@
   turn in progress ends (turn_complete, stop_reason `cancelled`) and running loops are told on the cancel
   channel; with a prompt, a new turn starts with it in the same step, so nothing can slip in between.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] max events   ARGV[3] appended channel   ARGV[4] cancel channel
   ARGV[5] prompt message_id ('' = no prompt)   ARGV[6] prompt content
   Returns { aborted (1 | 0), dropped count, wake of the prompt's turn or 0, the aborted turn's start (ms) or -1 },

@@ -4,7 +4,7 @@
   (`steer:<sessionId>`) to cut its model stream short. On an idle session it starts a turn at once (with any
   inputs left over from a turn that ended early), delivered in that turn.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] kind ('steer' | 'follow_up')   ARGV[3] entry JSON {input_id, content, queued_at}
   ARGV[4] max queued per list   ARGV[5] max events   ARGV[6] appended channel   ARGV[7] cancel channel
   Returns { 0, position } queued, { 1, wake } started a turn; { ERR.session_not_found }, { ERR.session_closed },

@@ -3,7 +3,7 @@
   silently lost), a turn in progress ends (cancelled), session_closed is the log's last event, running loops are
   told on the cancel channel, and every key expires after the retention period.
   KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
-  KEYS[7] approvals (earlier turns' records)
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
   ARGV[1] sessionId   ARGV[2] reason   ARGV[3] retention seconds   ARGV[4] max events   ARGV[5] appended channel
   ARGV[6] cancel channel
   Returns { 1, the ended turn's start (ms) or -1 when no turn was in progress } closed now, { 2 } already closed,
