@@ -131,7 +131,14 @@ class RunCall {
       sessionId = session.session_id;
     }
     const session = await this.deps.sessions.get(scope, sessionId);
-    this.watcher = await this.deps.sessions.watch(scope, sessionId, session.last_seq);
+    const watcher = await this.deps.sessions.watch(scope, sessionId, session.last_seq);
+    if (this.done) {
+      // The call ended while the start was in flight (a drain ends it at once, with its status): stop() found no
+      // watcher to close, so this one goes now, and no turn starts for a client already told to go elsewhere.
+      void watcher?.return();
+      return;
+    }
+    this.watcher = watcher;
     this.sessionId = sessionId;
     const { message_id: runId } = await this.deps.sessions.sendMessage(scope, sessionId, { content: start.prompt || '(no prompt)' });
     this.runId = runId;

@@ -1,0 +1,164 @@
+import * as grpc from '@grpc/grpc-js';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SessionEngine, SessionQueue } from '@cadre/session';
+import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
+import { TEST_API_KEY, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
+import { Authenticator } from '../apps/gateway/src/auth.ts';
+import { GATEWAY_SHUTTING_DOWN } from '../apps/gateway/src/errors.ts';
+import { kontekstAgentService } from '../apps/gateway/src/grpc/kontekst.service.ts';
+import { KontekstRun } from './support/kontekst-run.ts';
+
+// kontekst's Run against a gateway drain, with the edge's parts built here as the gateway builds them (real Redis,
+// store, fan-out and session engine; a real grpc-js server and client on port 0). The test holds what a whole
+// gateway cannot: the drain's signal without the rest of its close, which quits Redis and closes the fan-out a few
+// ms after the status and so hides whatever the call still does then (tests/kontekst.int.test.ts drains a whole
+// gateway), and a start stopped at its watch until the test lets it go on. No worker runs: a started turn stays
+// `running` with its job in the queue.
+let server: TestRedis;
+let redis: Redis;
+let queue: SessionQueue;
+const keys = new KeyBuilder(`kdrain${process.pid}`);
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = new Redis(server.url);
+  queue = new SessionQueue({ connection: redis, keys, onError: () => undefined });
+});
+afterAll(async () => {
+  await queue?.close();
+  redis?.disconnect();
+  await server?.stop();
+});
+
+interface Edge {
+  target: string;
+  engine: SessionEngine;
+  store: SessionStore;
+  fanout: EventFanout;
+  /** What the gateway aborts first when it drains. */
+  draining: AbortController;
+  /** Run calls open (the edge's onOpen/onClose, which cadre_sessions_open counts). */
+  open(): number;
+  /** Ends the server once every connection is gone (grpc-js has reported every call's end by then). */
+  close(): Promise<void>;
+}
+
+async function startEdge(): Promise<Edge> {
+  const store = new SessionStore({ redis, keys });
+  const subscriber = new Redis(server.url);
+  const fanout = new EventFanout({ keys, subscriber });
+  const engine = new SessionEngine({ store, queue, fanout, defaultModel: 'cadre-scripted' });
+  const draining = new AbortController();
+  let open = 0;
+  const service = kontekstAgentService({
+    auth: new Authenticator({ apiKey: TEST_API_KEY, workspaceKeys: new Map(), devMode: false }),
+    sessions: engine, logger: pino({ level: 'silent' }), approvalTimeoutSecs: 600,
+    onOpen: () => open++, onClose: () => open--, draining: draining.signal,
+  });
+  const grpcServer = new grpc.Server();
+  grpcServer.addService(service.definition, service.implementation);
+  const port = await new Promise<number>((resolve, reject) => {
+    grpcServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+  });
+  return {
+    target: `127.0.0.1:${port}`, engine, store, fanout, draining, open: () => open,
+    close: async () => {
+      await new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
+      await fanout.close();
+    },
+  };
+}
+
+/** Stops every start of `engine` at its watch until release(); `reached` names the session, `watched` follows the watch. */
+function holdWatch(engine: SessionEngine): { reached: Promise<string>; watched: Promise<void>; release(): void } {
+  const watch = engine.watch.bind(engine);
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let reach!: (sessionId: string) => void;
+  const reached = new Promise<string>((resolve) => (reach = resolve));
+  let done!: () => void;
+  const watched = new Promise<void>((resolve) => (done = resolve));
+  engine.watch = async (scope, sessionId, afterSeq) => {
+    reach(sessionId);
+    await gate;
+    try {
+      return await watch(scope, sessionId, afterSeq);
+    } finally {
+      done();
+    }
+  };
+  return { reached, watched, release };
+}
+
+const eventTypes = async (store: SessionStore, sessionId: string): Promise<string[]> => (await store.readEvents(sessionId, 0, 100))!.events.map((e) => e.event_type);
+
+const start = (sessionId = '') => ({ $case: 'start' as const, value: { prompt: 'Hello', sessionId, agentName: '', workingDir: '' } });
+
+describe('kontekst Run and a gateway drain', () => {
+  it('a drain while a start is in flight ends the call with the drain\'s status at once; the start then closes its watch and starts no turn', async () => {
+    const edge = await startEdge();
+    const held = holdWatch(edge.engine);
+    const run = new KontekstRun(edge.target);
+    run.send(start());
+    // The start has created its session and stops at its watch.
+    const sessionId = await held.reached;
+    edge.draining.abort();
+    expect(await run.status).toMatchObject({ code: grpc.status.UNAVAILABLE, details: GATEWAY_SHUTTING_DOWN });
+    expect(edge.open()).toBe(0);
+
+    // The start goes on: its watch is registered, and closed, and the turn the client was told nothing of never starts.
+    held.release();
+    await held.watched;
+    await waitUntil('the start to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    expect((await edge.store.getSession(sessionId))!.status).toBe('idle');
+    expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
+    expect(run.events).toEqual([]);
+    run.close();
+    await edge.close();
+  });
+
+  it('a start drained in flight that would have been refused (a turn is in progress) closes its watch too: nothing waits for an event to go', async () => {
+    const edge = await startEdge();
+    const { session_id: sessionId } = await edge.engine.create({ workspaces: 'all' }, { workspace_id: 'default' });
+    await edge.engine.sendMessage({ workspaces: 'all' }, sessionId, { content: 'Another client\'s turn' });
+    const held = holdWatch(edge.engine);
+    const run = new KontekstRun(edge.target);
+    run.send(start(sessionId));
+    await held.reached;
+    edge.draining.abort();
+    expect((await run.status).code).toBe(grpc.status.UNAVAILABLE);
+
+    // Without a turn of its own the watch would hear nothing it waits for: it must be closed by the start itself.
+    held.release();
+    await held.watched;
+    await waitUntil('the start to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    // The other client's turn is untouched.
+    expect((await edge.store.getSession(sessionId))!.status).toBe('running');
+    expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started', 'user_message']);
+    run.close();
+    await edge.close();
+  });
+
+  it('a drain leaves a started run\'s turn as it is: the call\'s end, which grpc-js reports after the drain\'s status, cancels nothing', async () => {
+    const edge = await startEdge();
+    let cancels = 0;
+    const cancelTurn = edge.engine.cancelTurn.bind(edge.engine);
+    edge.engine.cancelTurn = (...args) => {
+      cancels++;
+      return cancelTurn(...args);
+    };
+    const run = new KontekstRun(edge.target);
+    run.send(start());
+    const started = await run.waitFor('started');
+    edge.draining.abort();
+    expect((await run.status).code).toBe(grpc.status.UNAVAILABLE);
+    run.close();
+    // Every connection gone: grpc-js has emitted the server call's 'cancelled' by now, and Redis is still up.
+    await edge.close();
+    expect(cancels).toBe(0);
+    expect((await edge.store.getSession(started.sessionId))!.status).toBe('running');
+    expect(await eventTypes(edge.store, started.sessionId)).toEqual(['session_started', 'user_message']);
+  });
+});
