@@ -12,11 +12,7 @@ import { Scrape } from './support/prometheus.ts';
 import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
 import { TestStack, freePort } from './support/stack.ts';
 
-/**
- * How long writes are refused (unless the test waits for a loop to meet the refusal), then how long Redis is gone:
- * setup parameters of the outage, not waits for a state.
- */
-const READONLY_MS = 2_000;
+/** How long Redis is gone once a loop has met the refused writes: a setup parameter of the outage, not a wait for a state. */
 const DOWN_MS = 3_000;
 /** Longer than the outage, so the attempt's lease is still its own when Redis is back (the hand-back is fenced by it). */
 const LOCK_MS = '30000';
@@ -52,10 +48,10 @@ async function handedBack(): Promise<Record<'worker_shutdown' | 'redis_unavailab
 }
 
 /**
- * The outage: writes refused (the node demoted to a replica of an address nobody answers on), then Redis gone, then
- * back. `refusing` runs as soon as writes are refused; `refused` is how long they are (default READONLY_MS).
+ * The outage: writes refused (the node demoted to a replica of an address nobody answers on) until `refused`
+ * resolves, then Redis gone, then back. `refusing` runs as soon as writes are refused.
  */
-async function failover(refusing: () => void = () => undefined, refused: () => Promise<unknown> = () => sleep(READONLY_MS)): Promise<void> {
+async function failover(refusing: () => void, refused: () => Promise<unknown>): Promise<void> {
   const admin = new Redis(redis!.url);
   await admin.replicaof('127.0.0.1', await freePort());
   admin.disconnect();
@@ -66,6 +62,12 @@ async function failover(refusing: () => void = () => undefined, refused: () => P
   await sleep(DOWN_MS);
   await redis!.restart();
   redisDown = false;
+}
+
+/** Resolves once the worker pool logged a loop (the one `whose` picks) stopped by a write refused with READONLY. */
+function stoppedOnRefusedWrite(whose: (line: (typeof workerLog)[number]) => boolean): Promise<unknown> {
+  return waitUntil('a loop to stop on a refused write', () =>
+    workerLog.some((line) => line.msg === 'loop stopped: Redis unavailable' && line.err?.message?.startsWith('READONLY') && whose(line)));
 }
 
 async function createTask(workers: object[]): Promise<string> {
@@ -84,8 +86,7 @@ async function waiterThroughFailover(env: Record<string, string> = {}) {
   // Mid-loop: its model call waits at the gate, let through once writes are refused; Redis goes away only once the
   // loop has met the refusal (its next write, the answer's, refused with READONLY), however long that took.
   await stack!.model.holding('failover');
-  await failover(() => stack!.model.release('failover'), () => waitUntil('the waiter\'s loop to stop on a refused write', () =>
-    workerLog.some((line) => line.msg === 'loop stopped: Redis unavailable' && line.workerId === 'waiter-1' && line.err?.message?.startsWith('READONLY'))));
+  await failover(() => stack!.model.release('failover'), () => stoppedOnRefusedWrite((line) => line.workerId === 'waiter-1'));
   const events = await pollUntilTerminal(stack!.url, taskId, 60_000);
   assertContiguous(events.map((e) => e.seq));
   return { events, mine: events.filter((e) => e.worker_id === 'waiter-1') };
@@ -127,7 +128,8 @@ async function turnThroughFailover(done: (events: SessionLogEvent[]) => boolean,
   const sessionId = created.body.session.session_id;
   expect((await api.post(`/api/sessions/${sessionId}/messages`, { content: 'Explain slowly [[scripted:words=120]] [[scripted:chunk_delay=50]]' })).status).toBe(202);
   await sessionEventsWhen(stack!.url, sessionId, (evs) => evs.some((e) => e.event_type === 'text_delta'));
-  await failover();
+  // Redis goes away only once the turn has met the refusal (its next delta's write, refused with READONLY).
+  await failover(() => undefined, () => stoppedOnRefusedWrite(() => true));
   const evs = await sessionEventsWhen(stack!.url, sessionId, done, 60_000);
   assertContiguous(evs.map((e) => e.seq));
   return evs;
