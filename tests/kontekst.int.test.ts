@@ -136,7 +136,7 @@ describe('kontekst AgentService.Run', () => {
     stack.gateways.splice(stack.gateways.indexOf(gateway), 1);
     run.close();
 
-    // (That the call's end after the drain's status cancels nothing is pinned by tests/kontekst-drain.int.test.ts: here
+    // (That the call's end after the drain's status cancels nothing is pinned by tests/session-edges-drain.int.test.ts: here
     // the drain quits the gateway's Redis a few ms after the status, before that end could reach it.)
     // kontekst ties a run to its stream and has no way back to it; here the turn outlives the drain, still waiting. A
     // Run naming the session is refused, and its ending (the client closes it) cancels nothing of the turn it was refused.

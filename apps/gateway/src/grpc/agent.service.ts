@@ -6,6 +6,7 @@ import { ApiError, grpcStatusOf, toApiError } from '../errors.ts';
 import { taskIdFrom, type TaskService } from '../tasks/task-service.ts';
 import { streamSession, type SessionStreamDeps } from './session.stream.ts';
 import { writable } from '../streams/writable.ts';
+import { metadataValue } from './metadata.ts';
 
 export interface AgentServiceDeps {
   auth: Authenticator;
@@ -92,9 +93,4 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
     definition: definition as unknown as grpc.ServiceDefinition,
     implementation: { watchTeam, streamSession: streamSession({ ...deps.session, auth: deps.auth, logger: deps.logger }) } as unknown as grpc.UntypedServiceImplementation,
   };
-}
-
-function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
-  const value = metadata.get(key)[0];
-  return typeof value === 'string' ? value : undefined;
 }

@@ -3,6 +3,7 @@ import { kontekst } from '@cadre/protocol';
 import type { Authenticator } from '../auth.ts';
 import { grpcStatusOf, toApiError } from '../errors.ts';
 import type { RunsAuthenticator } from '../runs/runs-auth.ts';
+import { metadataValue } from './metadata.ts';
 
 export interface DaemonServiceDeps {
   auth: Authenticator;
@@ -79,9 +80,4 @@ export function publicEndpoint(url: string | undefined): string {
 function statusOf(err: unknown): Partial<grpc.StatusObject> {
   const api = toApiError(err);
   return api ? { code: grpcStatusOf(api.code), details: api.message } : { code: grpc.status.INTERNAL, details: 'internal error' };
-}
-
-function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
-  const value = metadata.get(key)[0];
-  return typeof value === 'string' ? value : undefined;
 }

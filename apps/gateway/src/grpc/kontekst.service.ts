@@ -1,24 +1,18 @@
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { applyAnswerEvent, emptyAnswer, type Answer } from '@cadre/board';
-import type { Logger } from '@cadre/observability';
 import { kontekst, type SessionEvent } from '@cadre/protocol';
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
-import type { LogWatcher } from '@cadre/store';
 import { keyName } from '../approvals/approval-service.ts';
 import type { Authenticator, Principal } from '../auth.ts';
-import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
+import { BidiSessionCall, type BidiCallDeps } from './bidi-session-call.ts';
+import { metadataValue } from './metadata.ts';
 
-export interface KontekstRunDeps {
+export interface KontekstRunDeps extends BidiCallDeps {
   auth: Authenticator;
   sessions: SessionEngine;
-  logger: Logger;
   /** How long a proposed call waits for ApproveTool/DenyTool before it is denied (kontekst waits for ever). */
   approvalTimeoutSecs: number;
-  onOpen(): void;
-  onClose(): void;
-  /** Aborted when the gateway drains: the call ends UNAVAILABLE, whether or not its run has started. */
-  draining: AbortSignal;
 }
 
 type Call = grpc.ServerDuplexStream<kontekst.RunCommand, kontekst.RunEvent>;
@@ -42,15 +36,13 @@ export function kontekstAgentService(deps: KontekstRunDeps): { definition: grpc.
   };
 }
 
-class RunCall {
+/**
+ * One Run. Bad input ends the call with its status (kontekst has no in-band error but RunFailed, which is terminal);
+ * a drain leaves the run's turn going on (or waiting on its proposals): the README says how a client gets back to it.
+ */
+class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent> {
   private readonly deps: KontekstRunDeps;
-  private readonly call: Call;
-  private principal: Principal | undefined;
-  private sessionId: string | undefined;
   private runId = '';
-  private watcher: LogWatcher<SessionEvent> | null = null;
-  private chain: Promise<void> = Promise.resolve();
-  private done = false;
   private terminal = false;
   // What the current model answer said so far, and the run's last answer.
   /** The model answer since the last TurnCompleted (what a lost attempt streamed past its boundary dropped). */
@@ -60,18 +52,12 @@ class RunCall {
   private lastError = '';
 
   constructor(deps: KontekstRunDeps, call: Call) {
+    super(deps, call, 'kontekst Run');
     this.deps = deps;
-    this.call = call;
   }
 
   open(): void {
-    this.deps.onOpen();
-    this.deps.draining.addEventListener('abort', this.drain, { once: true });
-    // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
-    if (this.deps.draining.aborted) this.drain();
-    this.call.on('data', (command: kontekst.RunCommand) => {
-      this.chain = this.chain.then(() => this.handle(command)).catch((err: unknown) => this.fail(err));
-    });
+    this.listen();
     // As kontekst: the client closing its side, cancelling or going away cancels the run. grpc-js also emits
     // 'cancelled' after a status the gateway sent itself (a drain's UNAVAILABLE, a refused command's
     // INVALID_ARGUMENT): a call the gateway ended leaves the turn as it is. The cancel waits for the commands before
@@ -82,7 +68,7 @@ class RunCall {
     this.call.on('error', () => this.stop());
   }
 
-  private async handle(command: kontekst.RunCommand): Promise<void> {
+  protected async handle(command: kontekst.RunCommand): Promise<void> {
     if (this.done) return;
     const c = command.command;
     if (this.sessionId === undefined) {
@@ -131,14 +117,8 @@ class RunCall {
       sessionId = session.session_id;
     }
     const session = await this.deps.sessions.get(scope, sessionId);
-    const watcher = await this.deps.sessions.watch(scope, sessionId, session.last_seq);
-    if (this.done) {
-      // The call ended while the start was in flight (a drain ends it at once, with its status): stop() found no
-      // watcher to close, so this one goes now, and no turn starts for a client already told to go elsewhere.
-      void watcher?.return();
-      return;
-    }
-    this.watcher = watcher;
+    // A call that ended while the start was in flight (a drain) starts no turn.
+    if (!this.adopt(await this.deps.sessions.watch(scope, sessionId, session.last_seq))) return;
     this.sessionId = sessionId;
     const { message_id: runId } = await this.deps.sessions.sendMessage(scope, sessionId, { content: start.prompt || '(no prompt)' });
     this.runId = runId;
@@ -247,35 +227,4 @@ class RunCall {
     if (!this.done && !this.call.cancelled) this.call.write({ event });
   }
 
-  /** Bad input ends the call with its status (kontekst has no in-band error but RunFailed, which is terminal). */
-  private fail(err: unknown): void {
-    if (this.done) return;
-    const api = toApiError(err);
-    if (!api) this.deps.logger.error({ err, sessionId: this.sessionId }, 'kontekst Run failed');
-    const status = { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' };
-    this.stop();
-    if (!this.call.cancelled) this.call.emit('error', status);
-  }
-
-  private finish(): void {
-    if (this.done) return;
-    this.stop();
-    if (!this.call.cancelled) this.call.end();
-  }
-
-  /** The gateway drains: the run's turn goes on (or waits on its proposals); the README says how a client gets back to it. */
-  private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
-
-  private stop(): void {
-    if (this.done) return;
-    this.done = true;
-    this.deps.draining.removeEventListener('abort', this.drain);
-    void this.watcher?.return();
-    this.deps.onClose();
-  }
-}
-
-function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
-  const value = metadata.get(key)[0];
-  return typeof value === 'string' ? value : undefined;
 }

@@ -1,31 +1,27 @@
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { inOwnTrace, type Logger } from '@cadre/observability';
-import type { SessionEvent, SessionRequest, SessionResponse } from '@cadre/protocol';
+import type { SessionRequest, SessionResponse } from '@cadre/protocol';
 import { SessionEngineError, type SessionEngine } from '@cadre/session';
-import type { LogWatcher } from '@cadre/store';
-import type { Authenticator, Principal } from '../auth.ts';
+import type { Authenticator } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
-import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
+import { toApiError } from '../errors.ts';
 import { writable } from '../streams/writable.ts';
+import { BidiSessionCall, type BidiCallDeps } from './bidi-session-call.ts';
+import { metadataValue } from './metadata.ts';
 import { sessionError, startInput, toolInputs, toolRequest, toSessionResponse } from './session-frames.ts';
 
-export interface SessionStreamDeps {
+export interface SessionStreamDeps extends BidiCallDeps {
   auth: Authenticator;
   sessions: SessionEngine;
-  logger: Logger;
   /** Keepalive period during a turn (roz: 15 s). */
   keepaliveMs: number;
-  onOpen(): void;
-  onClose(): void;
-  /** Aborted when the gateway drains: the call ends UNAVAILABLE, whether or not it has started a session. */
-  draining: AbortSignal;
 }
 
 type Call = grpc.ServerDuplexStream<SessionRequest, SessionResponse>;
 
 /** roz StreamSession: one bidi call is one client's view of one session; the session itself lives in the engine. */
 export function streamSession(deps: SessionStreamDeps): (call: Call) => void {
-  return (call) => new SessionCall(deps, call).open();
+  return (call) => new StreamSessionCall(deps, call).open();
 }
 
 /**
@@ -33,30 +29,18 @@ export function streamSession(deps: SessionStreamDeps): (call: Call) => void {
  * session to exist). Responses come from the session's log through the shared fan-out, so any gateway serves any
  * session and a resumed call sees exactly what it missed.
  */
-class SessionCall {
+class StreamSessionCall extends BidiSessionCall<SessionRequest, SessionResponse> {
   private readonly deps: SessionStreamDeps;
-  private readonly call: Call;
-  private principal: Principal | undefined;
-  private sessionId: string | undefined;
-  private watcher: LogWatcher<SessionEvent> | null = null;
-  private chain: Promise<void> = Promise.resolve();
   private keepalive: NodeJS.Timeout | undefined;
-  private done = false;
   private halfClosed = false;
 
   constructor(deps: SessionStreamDeps, call: Call) {
+    super(deps, call, 'StreamSession');
     this.deps = deps;
-    this.call = call;
   }
 
   open(): void {
-    this.deps.onOpen();
-    this.deps.draining.addEventListener('abort', this.drain, { once: true });
-    // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
-    if (this.deps.draining.aborted) this.drain();
-    this.call.on('data', (request: SessionRequest) => {
-      this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
-    });
+    this.listen();
     // The client half-closed (e.g. `buf curl` after its last message): the call ends once the turn in progress
     // has ended or waits for a client tool this client can no longer answer. The session lives on either way.
     this.call.on('end', () => void this.chain.then(() => this.halfClose()));
@@ -64,7 +48,7 @@ class SessionCall {
     this.call.on('error', () => this.stop());
   }
 
-  private async handle(request: SessionRequest): Promise<void> {
+  protected async handle(request: SessionRequest): Promise<void> {
     if (this.done) return;
     const r = request.request;
     if (this.sessionId === undefined) {
@@ -77,12 +61,12 @@ class SessionCall {
       if (start.sessionId) {
         afterSeq = start.afterSeq;
         // Checks access and the cursor before anything is sent.
-        this.watcher = await this.deps.sessions.watch(this.principal, start.sessionId, afterSeq);
+        if (!this.adopt(await this.deps.sessions.watch(this.principal, start.sessionId, afterSeq))) return;
         this.sessionId = start.sessionId;
       } else {
         const session = await this.deps.sessions.create(this.principal, startInput(start));
         this.sessionId = session.session_id;
-        this.watcher = await this.deps.sessions.watch(this.principal, this.sessionId, 0);
+        if (!this.adopt(await this.deps.sessions.watch(this.principal, this.sessionId, 0))) return;
       }
       void this.pump(afterSeq);
       this.scheduleKeepalive();
@@ -215,32 +199,8 @@ class SessionCall {
     if (!this.done && !this.call.cancelled) this.call.write(frame);
   }
 
-  /** Ends the call with a status: before the start any refusal does (roz: malformed first message). */
-  private fail(err: unknown): void {
-    if (this.done) return;
-    const api = toApiError(err);
-    if (!api) this.deps.logger.error({ err, sessionId: this.sessionId }, 'StreamSession failed');
-    const status = { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' };
-    this.stop();
-    if (!this.call.cancelled) this.call.emit('error', status);
-  }
-
-  private finish(): void {
-    if (this.done) return;
-    this.stop();
-    if (!this.call.cancelled) this.call.end();
-  }
-
-  /** The gateway drains: end with a status the client retries on another gateway (from its last seq). */
-  private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
-
-  private stop(): void {
-    if (this.done) return;
-    this.done = true;
-    this.deps.draining.removeEventListener('abort', this.drain);
+  protected override stopped(): void {
     clearTimeout(this.keepalive);
-    void this.watcher?.return();
-    this.deps.onClose();
   }
 }
 
@@ -255,9 +215,4 @@ function inBand(err: unknown, sessionId: string, logger: Logger): SessionRespons
   if (api) return frame(api.code, api.message, api.code === 'unavailable');
   logger.error({ err, sessionId }, 'StreamSession request failed');
   return frame('internal', 'internal error', true);
-}
-
-function metadataValue(metadata: grpc.Metadata, key: string): string | undefined {
-  const value = metadata.get(key)[0];
-  return typeof value === 'string' ? value : undefined;
 }

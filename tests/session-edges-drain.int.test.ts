@@ -4,13 +4,16 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
-import { TEST_API_KEY, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
+import { AgentServiceService } from '@cadre/protocol';
+import { TEST_API_KEY, grpcClient, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
 import { Authenticator } from '../apps/gateway/src/auth.ts';
 import { GATEWAY_SHUTTING_DOWN } from '../apps/gateway/src/errors.ts';
 import { kontekstAgentService } from '../apps/gateway/src/grpc/kontekst.service.ts';
+import { streamSession } from '../apps/gateway/src/grpc/session.stream.ts';
 import { KontekstRun } from './support/kontekst-run.ts';
+import { SessionStream } from './support/session-client.ts';
 
-// kontekst's Run against a gateway drain, with the edge's parts built here as the gateway builds them (real Redis,
+// The session edges' bidi calls (kontekst's Run, roz's StreamSession) against a gateway drain, with the edges' parts built here as the gateway builds them (real Redis,
 // store, fan-out and session engine; a real grpc-js server and client on port 0). The test holds what a whole
 // gateway cannot: the drain's signal without the rest of its close, which quits Redis and closes the fan-out a few
 // ms after the status and so hides whatever the call still does then (tests/kontekst.int.test.ts drains a whole
@@ -39,7 +42,7 @@ interface Edge {
   fanout: EventFanout;
   /** What the gateway aborts first when it drains. */
   draining: AbortController;
-  /** Run calls open (the edge's onOpen/onClose, which cadre_sessions_open counts). */
+  /** Calls open, Run and StreamSession (the edges' onOpen/onClose, which cadre_sessions_open counts). */
   open(): number;
   /** Ends the server once every connection is gone (grpc-js has reported every call's end by then). */
   close(): Promise<void>;
@@ -52,13 +55,14 @@ async function startEdge(): Promise<Edge> {
   const engine = new SessionEngine({ store, queue, fanout, defaultModel: 'cadre-scripted' });
   const draining = new AbortController();
   let open = 0;
-  const service = kontekstAgentService({
+  const edge = {
     auth: new Authenticator({ apiKey: TEST_API_KEY, workspaceKeys: new Map(), devMode: false }),
-    sessions: engine, logger: pino({ level: 'silent' }), approvalTimeoutSecs: 600,
-    onOpen: () => open++, onClose: () => open--, draining: draining.signal,
-  });
+    sessions: engine, logger: pino({ level: 'silent' }), onOpen: () => open++, onClose: () => open--, draining: draining.signal,
+  };
+  const service = kontekstAgentService({ ...edge, approvalTimeoutSecs: 600 });
   const grpcServer = new grpc.Server();
   grpcServer.addService(service.definition, service.implementation);
+  grpcServer.addService(AgentServiceService as unknown as grpc.ServiceDefinition, { streamSession: streamSession({ ...edge, keepaliveMs: 15_000 }) } as unknown as grpc.UntypedServiceImplementation);
   const port = await new Promise<number>((resolve, reject) => {
     grpcServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
   });
@@ -160,5 +164,28 @@ describe('kontekst Run and a gateway drain', () => {
     expect(cancels).toBe(0);
     expect((await edge.store.getSession(started.sessionId))!.status).toBe('running');
     expect(await eventTypes(edge.store, started.sessionId)).toEqual(['session_started', 'user_message']);
+  });
+});
+
+describe('roz StreamSession and a gateway drain', () => {
+  it('a drain while a resume is in flight ends the call UNAVAILABLE at once; the resume then closes its watch (nothing waits for an event to go)', async () => {
+    const edge = await startEdge();
+    const { session_id: sessionId } = await edge.engine.create({ workspaces: 'all' }, { workspace_id: 'default' });
+    const held = holdWatch(edge.engine);
+    const stream = new SessionStream(grpcClient(edge.target));
+    // A client back after a lost stream, with everything up to the session's last seq: nothing is left to send it.
+    stream.send({ $case: 'start', value: { sessionId, afterSeq: 1 } });
+    await held.reached;
+    edge.draining.abort();
+    expect(await stream.status).toMatchObject({ code: grpc.status.UNAVAILABLE, details: GATEWAY_SHUTTING_DOWN });
+    expect(edge.open()).toBe(0);
+
+    // The session has no turn: a watch kept would wait for an event to end on as long as the session lives.
+    held.release();
+    await held.watched;
+    await waitUntil('the resume to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
+    expect(stream.frames).toEqual([]);
+    await edge.close();
   });
 });

@@ -1,0 +1,98 @@
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from '@cadre/observability';
+import type { SessionEvent } from '@cadre/protocol';
+import type { LogWatcher } from '@cadre/store';
+import type { Principal } from '../auth.ts';
+import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
+
+/** What every session edge's call needs from the gateway. */
+export interface BidiCallDeps {
+  logger: Logger;
+  onOpen(): void;
+  onClose(): void;
+  /** Aborted when the gateway drains: the call ends UNAVAILABLE, whether or not it has started. */
+  draining: AbortSignal;
+}
+
+/**
+ * One bidi call of a session edge (roz StreamSession, kontekst Run): its requests handled one at a time in arrival
+ * order, the session's log through one watcher, the gateway's drain, and one way to end — with a status (`fail`)
+ * or OK (`finish`) — after which nothing more is written and the watcher is let go. The session outlives the call.
+ */
+export abstract class BidiSessionCall<Req, Res> {
+  protected principal: Principal | undefined;
+  protected sessionId: string | undefined;
+  protected watcher: LogWatcher<SessionEvent> | null = null;
+  protected done = false;
+  /** The requests so far: each is handled once the one before it has been. */
+  protected chain: Promise<void> = Promise.resolve();
+  protected readonly call: grpc.ServerDuplexStream<Req, Res>;
+  private readonly edge: BidiCallDeps;
+  /** The call's name in the log (e.g. "StreamSession"). */
+  private readonly name: string;
+
+  protected constructor(edge: BidiCallDeps, call: grpc.ServerDuplexStream<Req, Res>, name: string) {
+    this.edge = edge;
+    this.call = call;
+    this.name = name;
+  }
+
+  protected abstract handle(request: Req): Promise<void>;
+
+  /** Counts the call, ends it on a drain (one already under way included) and handles its requests in order. */
+  protected listen(): void {
+    this.edge.onOpen();
+    this.edge.draining.addEventListener('abort', this.drain, { once: true });
+    // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
+    if (this.edge.draining.aborted) this.drain();
+    this.call.on('data', (request: Req) => {
+      this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
+    });
+  }
+
+  /**
+   * Keeps the watcher a start opened, unless the call ended while it was opening (a drain ends a call at once):
+   * then the watcher goes now and the start must stop (false), so nothing begins for a client already told to go.
+   */
+  protected adopt(watcher: LogWatcher<SessionEvent> | null): boolean {
+    if (this.done) {
+      void watcher?.return();
+      return false;
+    }
+    this.watcher = watcher;
+    return true;
+  }
+
+  /** Ends the call with the error's status; an unexpected error is logged and ends it INTERNAL. */
+  protected fail(err: unknown): void {
+    if (this.done) return;
+    const api = toApiError(err);
+    if (!api) this.edge.logger.error({ err, sessionId: this.sessionId }, `${this.name} failed`);
+    const status = { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' };
+    this.stop();
+    if (!this.call.cancelled) this.call.emit('error', status);
+  }
+
+  /** Ends the call with OK. */
+  protected finish(): void {
+    if (this.done) return;
+    this.stop();
+    if (!this.call.cancelled) this.call.end();
+  }
+
+  /** The gateway drains: the call ends with a status its client retries on another gateway (from its last seq). */
+  private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
+
+  /** Nothing more is written: lets go of the drain, the subclass's timers and the watcher, and uncounts the call. */
+  protected stop(): void {
+    if (this.done) return;
+    this.done = true;
+    this.edge.draining.removeEventListener('abort', this.drain);
+    this.stopped();
+    void this.watcher?.return();
+    this.edge.onClose();
+  }
+
+  /** What a subclass lets go of when the call ends (e.g. a timer). */
+  protected stopped(): void {}
+}
