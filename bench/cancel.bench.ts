@@ -9,12 +9,11 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
-import { BENCH_API_KEY, PROBE, profileArgs, spawnGateway, startPrivateRedis } from './support/harness.ts';
 import { sleep, summarize, until } from './support/latency.ts';
 import { loadText, machineLoad } from './support/machine.ts';
-import { spawnNode } from './support/procs.ts';
 import { round } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
+import { api, startStack } from './support/stack.ts';
 
 const CANCELS = Number(process.env.BENCH_CANCELS ?? 20);
 const PREFIX = 'cadre';
@@ -35,47 +34,29 @@ interface Sample {
   load_1m: number;
 }
 
-async function api<T>(base: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
-  const res = await fetch(`${base}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: { authorization: `Bearer ${BENCH_API_KEY}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-    ...(body !== undefined && { body: JSON.stringify(body) }),
-  });
-  return { status: res.status, body: (await res.json()) as T };
-}
-
 type Ev = { event_type: string; worker_id?: string | null };
 
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
-  const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: PREFIX });
-  const worker = spawnNode('apps/worker/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
-    env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: PREFIX, LOG_LEVEL: 'warn' },
-  });
-  const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const stack = await startStack({ keyPrefix: PREFIX });
+  const { gateway } = stack;
+  const conn = new Redis(stack.redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(AGENT_QUEUE, { connection: conn, prefix: new KeyBuilder(PREFIX).bullPrefix() });
   const samples: Sample[] = [];
   try {
     for (let i = 0; i < CANCELS + 1; i++) {
-      const created = await api<{ task: { task_id: string } }>(gateway.url, '/api/tasks', { workspace_id: 'bench', goal: `Long job ${i}`, team: { workers: TEAM } });
+      const created = await api<{ task: { task_id: string } }>(gateway.url, 'POST', '/api/tasks', { workspace_id: 'bench', goal: `Long job ${i}`, team: { workers: TEAM } });
       if (created.status !== 201) throw new Error(`POST /api/tasks: ${created.status} ${JSON.stringify(created.body)}`);
       const taskId = created.body.task.task_id;
       // Both workers inside the calls to abort: the tool call is out, the idler's model turn has begun.
       await until(async () => {
-        const { body } = await api<{ events: Ev[] }>(gateway.url, `/api/tasks/${taskId}/events?limit=1000`);
+        const { body } = await api<{ events: Ev[] }>(gateway.url, 'GET', `/api/tasks/${taskId}/events?limit=1000`);
         const has = (t: string, w: string): boolean => body.events.some((e) => e.event_type === t && e.worker_id === w);
         return has('worker_tool_call', 'sleeper-1') && has('worker_phase', 'idler-2');
       }, 'both workers to be inside their calls', 60_000, 50);
       await sleep(100); // let the tool start and the model request go out
       const load = machineLoad().loadavg[0];
       const t0 = Date.now();
-      const res = await api<unknown>(gateway.url, `/api/tasks/${taskId}/cancel`, { reason: 'bench' });
+      const res = await api<unknown>(gateway.url, 'POST', `/api/tasks/${taskId}/cancel`, { reason: 'bench' });
       const responseMs = Date.now() - t0;
       const finished: number[] = [];
       for (const workerId of WATCHED) {
@@ -109,10 +90,7 @@ async function main(): Promise<void> {
   } finally {
     await queue.close();
     conn.disconnect();
-    await worker.stop();
-    await gateway.stop();
-    await model.stop();
-    await redis.stop();
+    await stack.stop();
   }
 }
 

@@ -8,12 +8,13 @@
 // follow its events).
 //
 //   npm exec -- node bench/overhead.bench.ts
-import { PROBE, profileArgs, profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { profiledWindow, spawnGateway, spawnScriptedModel, startPrivateRedis } from './support/harness.ts';
 import { sleep, type LatencySummary } from './support/latency.ts';
 import { spawnNode, type Message, type NodeChild } from './support/procs.ts';
 import { RedisStats, round, topCommands, totalCalls } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, range } from './support/rounds.ts';
+import { spawnWorkerPool } from './support/stack.ts';
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -86,17 +87,12 @@ async function main(): Promise<void> {
   const cadreRedis = await startPrivateRedis();
   const rawRedis = await startPrivateRedis();
   const children: NodeChild[] = [];
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
+  // Part by part, not startStack: the raw system's Redis starts between Cadre's and the model, and the model stops
+  // before the gateway (with the other children, below).
+  const { child: model, url: modelUrl } = await spawnScriptedModel();
   children.push(model);
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
   const gateway = await spawnGateway({ REDIS_URL: cadreRedis.url });
-  const worker = spawnNode('apps/worker/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
-    env: { REDIS_URL: cadreRedis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', WORKER_CONCURRENCY: String(CONCURRENCY), LOG_LEVEL: 'warn' },
-  });
+  const worker = spawnWorkerPool(cadreRedis.url, modelUrl, { env: { WORKER_CONCURRENCY: String(CONCURRENCY) } });
   const prefix = '{rawbench:bull}';
   const rawWorker = spawnNode('bench/load/raw-flow-worker.ts', { args: [JSON.stringify({ redisUrl: rawRedis.url, prefix, modelUrl, concurrency: CONCURRENCY })] });
   const cadreClient = spawnNode('bench/load/task-client.ts', { args: [JSON.stringify({ mode: 'cadre', url: gateway.url, target: gateway.target })] });

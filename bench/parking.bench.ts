@@ -9,12 +9,11 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
-import { BENCH_API_KEY, PROBE, profileArgs, spawnGateway, startPrivateRedis } from './support/harness.ts';
-import { summarize, until } from './support/latency.ts';
+import { pool, summarize, until } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
-import { spawnNode } from './support/procs.ts';
-import { round } from './support/redis-stats.ts';
+import { round, usedMemory } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
+import { api, startStack } from './support/stack.ts';
 
 const PARKED = Number(process.env.BENCH_PARKED ?? 500);
 const RESUMES = Math.min(PARKED, Number(process.env.BENCH_RESUMES ?? 50));
@@ -28,41 +27,10 @@ interface Ev {
   payload: Record<string, unknown>;
 }
 
-async function api<T>(base: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${BENCH_API_KEY}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-    ...(body !== undefined && { body: JSON.stringify(body) }),
-  });
-  return { status: res.status, body: (await res.json()) as T };
-}
-
-async function usedMemory(redis: Redis): Promise<number> {
-  const info = await redis.info('memory');
-  return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN);
-}
-
-/** Runs `f` over `items` with at most `width` at a time. */
-async function pool<T>(items: T[], width: number, f: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < items.length) await f(items[next++]!);
-  }));
-}
-
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
-  const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: PREFIX });
-  const worker = spawnNode('apps/worker/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
-    env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: PREFIX, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: String(CONCURRENCY) },
-  });
-  const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const stack = await startStack({ keyPrefix: PREFIX, worker: { env: { WORKER_CONCURRENCY: String(CONCURRENCY) } } });
+  const { gateway } = stack;
+  const conn = new Redis(stack.redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(AGENT_QUEUE, { connection: conn, prefix: new KeyBuilder(PREFIX).bullPrefix() });
   try {
     await until(async () => (await queue.getWorkers()).length > 0, 'the worker pool', 30_000, 100);
@@ -141,10 +109,7 @@ async function main(): Promise<void> {
   } finally {
     await queue.close();
     conn.disconnect();
-    await worker.stop();
-    await gateway.stop();
-    await model.stop();
-    await redis.stop();
+    await stack.stop();
   }
 }
 

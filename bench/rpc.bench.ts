@@ -7,13 +7,14 @@
 //   npm exec -- node bench/rpc.bench.ts     (BENCH_ROUNDS=3, BENCH_PROMPTS=20)
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { BENCH_API_KEY, REPO, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, REPO } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
 import { spawnNode, type Message } from './support/procs.ts';
 import { note, printTable, saveResults } from './support/report.ts';
 import { alternate, range } from './support/rounds.ts';
+import { startStack } from './support/stack.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const PROMPTS = Number(process.env.BENCH_PROMPTS ?? 20);
@@ -59,14 +60,9 @@ async function viaRpc(url: string): Promise<Figures> {
 }
 
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
-  const gateway = await spawnGateway({ REDIS_URL: redis.url });
-  const worker = spawnNode('apps/worker/src/main.ts', { env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', LOG_LEVEL: 'warn' } });
+  // A worker without the probe: nothing here reads its event loop or GC.
+  const stack = await startStack({ worker: { nodeArgs: [] } });
+  const { gateway } = stack;
   const stream = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })] });
   const viaStream = async (): Promise<Figures> => {
     stream.send({ cmd: 'run', sessions: 1, turns: PROMPTS, prompt: PROMPT, chunkDelayMs: 0 });
@@ -91,10 +87,7 @@ async function main(): Promise<void> {
   } finally {
     stream.send({ cmd: 'stop' });
     await stream.exited;
-    await worker.stop();
-    await gateway.stop();
-    await model.stop();
-    await redis.stop();
+    await stack.stop();
   }
 }
 

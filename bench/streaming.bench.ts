@@ -12,7 +12,7 @@
 //   npm exec -- node bench/streaming.bench.ts     (BENCH_ROUNDS=3; BENCH_LEVELS=1,100)
 //   BENCH_GATEWAY_FLAGS="" npm exec -- node bench/streaming.bench.ts   # the gateway without its shipped V8 flags (an experiment)
 import { Redis } from 'ioredis';
-import { BENCH_API_KEY, PROBE, profileArgs, profiledWindow, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, profiledWindow } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
@@ -20,6 +20,7 @@ import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, median, range, type Sample } from './support/rounds.ts';
+import { startStack } from './support/stack.ts';
 import { splitFirstDeltas, type TurnSplit, type TurnStamp } from './support/turn-split.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -45,17 +46,8 @@ interface Figures {
 }
 
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
-  const gateway = await spawnGateway({ REDIS_URL: redis.url, CADRE_KEY_PREFIX: PREFIX });
-  const worker = spawnNode('apps/worker/src/main.ts', {
-    nodeArgs: ['--import', PROBE, ...profileArgs('worker')],
-    env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', CADRE_KEY_PREFIX: PREFIX, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: String(Math.max(...LEVELS)) },
-  });
+  const stack = await startStack({ keyPrefix: PREFIX, worker: { env: { WORKER_CONCURRENCY: String(Math.max(...LEVELS)) } } });
+  const { redis, modelUrl, gateway, worker } = stack;
   const raw = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'raw', modelUrl })] });
   const cadre = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })], env: { CADRE_API_KEY: BENCH_API_KEY } });
   const stats = new RedisStats(redis.url);
@@ -136,10 +128,7 @@ async function main(): Promise<void> {
     await Promise.all([raw.exited, cadre.exited]);
     await stats.close();
     reader.disconnect();
-    await worker.stop();
-    await gateway.stop();
-    await model.stop();
-    await redis.stop();
+    await stack.stop();
   }
 }
 

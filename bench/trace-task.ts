@@ -9,9 +9,9 @@ import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { Redis } from 'ioredis';
 import { scriptNamesBySha } from '@cadre/store';
-import { BENCH_API_KEY, PROBE, grpcChannels, openWatch, spawnGateway, spawnScriptedModel, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY, PROBE, grpcChannels, openWatch } from './support/harness.ts';
 import { until } from './support/latency.ts';
-import { spawnNode } from './support/procs.ts';
+import { startStack } from './support/stack.ts';
 import { GOAL, INSTRUCTIONS } from './support/task-shape.ts';
 
 const WARMUP = 4;
@@ -45,15 +45,11 @@ function totals(calls: Call[], key: (c: Call) => string): [string, number, numbe
   return [...by].map(([k, [n, cmds]]): [string, number, number] => [k, n, cmds]).sort((a, b) => b[2] - a[2]);
 }
 
-const redis = await startPrivateRedis();
-const { child: model, url: modelUrl } = await spawnScriptedModel();
-const gateway = await spawnGateway({ REDIS_URL: redis.url });
-const worker = spawnNode('apps/worker/src/main.ts', {
-  nodeArgs: ['--import', PROBE],
-  env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', WORKER_CONCURRENCY: '8', LOG_LEVEL: 'warn' },
-});
+// The worker with the probe but never a CPU profile: nothing here is timed.
+const stack = await startStack({ worker: { nodeArgs: ['--import', PROBE], env: { WORKER_CONCURRENCY: '8' } } });
+const { gateway } = stack;
 const [client] = grpcChannels(gateway.target, 1);
-const admin = new Redis(redis.url);
+const admin = new Redis(stack.redis.url);
 const calls: (Call | string)[] = [];
 
 async function runTask(i: number, mark: (what: string) => void): Promise<void> {
@@ -107,8 +103,5 @@ try {
 } finally {
   client!.close();
   admin.disconnect();
-  await worker.stop();
-  await gateway.stop();
-  await model.stop();
-  await redis.stop();
+  await stack.stop();
 }

@@ -6,13 +6,14 @@
 // process of its own; gateway, worker pool and scripted model too. Rounds alternate ws, stream.
 //
 //   npm exec -- node bench/ws.bench.ts     (BENCH_ROUNDS=3, BENCH_SESSIONS=1000)
-import { BENCH_API_KEY, spawnGateway, startPrivateRedis } from './support/harness.ts';
+import { BENCH_API_KEY } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
 import { spawnNode, type Message } from './support/procs.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, range } from './support/rounds.ts';
+import { startStack } from './support/stack.ts';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 1000);
@@ -28,14 +29,9 @@ interface Figures {
 }
 
 async function main(): Promise<void> {
-  const redis = await startPrivateRedis();
-  const model = spawnNode('libs/scripted-model/src/main.ts', { env: { PORT: '0' } });
-  const modelUrl = await new Promise<string>((resolve) => model.onLine((line) => {
-    const m = /OPENAI_BASE_URL=(\S+)/.exec(line);
-    if (m) resolve(m[1]!);
-  }));
-  const gateway = await spawnGateway({ REDIS_URL: redis.url });
-  const worker = spawnNode('apps/worker/src/main.ts', { env: { REDIS_URL: redis.url, OPENAI_BASE_URL: modelUrl, OPENAI_API_KEY: 'scripted', LOG_LEVEL: 'warn', WORKER_CONCURRENCY: '100' } });
+  // A worker without the probe: nothing here reads its event loop or GC.
+  const stack = await startStack({ worker: { nodeArgs: [], env: { WORKER_CONCURRENCY: '100' } } });
+  const { gateway } = stack;
   const clients = {
     ws: spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'ws', target: gateway.target })] }),
     stream: spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })], env: { CADRE_API_KEY: BENCH_API_KEY } }),
@@ -63,10 +59,7 @@ async function main(): Promise<void> {
   } finally {
     for (const c of Object.values(clients)) c.send({ cmd: 'stop' });
     await Promise.all(Object.values(clients).map((c) => c.exited));
-    await worker.stop();
-    await gateway.stop();
-    await model.stop();
-    await redis.stop();
+    await stack.stop();
   }
 }
 

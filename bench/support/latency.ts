@@ -35,6 +35,14 @@ export async function until(cond: () => boolean | Promise<boolean>, what: string
   }
 }
 
+/** Runs `f` over `items` with at most `width` at a time. */
+export async function pool<T>(items: T[], width: number, f: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < items.length) await f(items[next++]!);
+  }));
+}
+
 /**
  * Calls `send(i)` for i = 0..count-1 at `perSecond`, on a 1 ms timer: each tick sends every event due by then,
  * so the rate holds even when timers fire late. Returns the achieved rate.

@@ -81,3 +81,9 @@ export function topCommands(counts: CommandCounts, n: number, div = 1): Record<s
 }
 
 export const round = (x: number, digits = 1): number => Math.round(x * 10 ** digits) / 10 ** digits;
+
+/** Bytes the Redis server holds for data and its own structures (INFO memory: used_memory). */
+export async function usedMemory(redis: Redis): Promise<number> {
+  const info = await redis.info('memory');
+  return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN);
+}
