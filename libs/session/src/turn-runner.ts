@@ -117,6 +117,10 @@ export class TurnRunner {
       const state = loaded === undefined ? await store.loadTurn(sessionId) : loaded;
       loaded = undefined;
       if (!state || state.status !== 'running') return 'stale';
+      // A boundary: once half the idle TTL has passed since the session's keys last got their expiry, they get the
+      // idle TTL from now, so a turn that runs longer than the TTL keeps its session (each step has at least half
+      // of it). A check on the state just loaded: no Redis work unless due, none at all per text delta.
+      if (Date.now() - state.alive_from > state.idle_ttl_sec * 500) await store.keepSessionAlive(sessionId, lease);
       const step = nextStep(state);
       switch (step.kind) {
         case 'model': {

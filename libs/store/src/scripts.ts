@@ -126,6 +126,7 @@ export interface StoreScripts {
   claimTurn(...args: ScriptArg[]): Promise<[number, number, number?]>;
   commitTurn(...args: ScriptArg[]): Promise<number>;
   parkTurn(...args: ScriptArg[]): Promise<number>;
+  keepSessionAlive(...args: ScriptArg[]): Promise<number>;
   resolveToolCall(...args: ScriptArg[]): Promise<number>;
   /** [wake or code, call JSON] */
   decideSessionApproval(...args: ScriptArg[]): Promise<[number, string?]>;

@@ -122,6 +122,43 @@ describe('session keys\' expiry', () => {
     expect(closed).toBeGreaterThan(started3);
   });
 
+  it('a running turn keeps its session alive: every key gets the idle TTL from now, a park\'s later expiry stays, a closed or deleted session is left as it is', async () => {
+    const { session_id: id } = await newSession();
+    const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'long' });
+    await store.claimTurn(id, wake1, 'lease-1', 'host');
+    await store.queueInput(id, 'follow_up', { input_id: 'f1', content: 'later' }, 10);
+    const present = ['meta', 'events', 'transcript', 'followup'];
+    const started = await expireTogether(id, present);
+    expect((await store.loadTurn(id))!.alive_from).toBe(started - IDLE_TTL_SEC * 1000);
+
+    // Kept alive: every key the idle TTL from now, and the turn's next steps count from then.
+    await clockMovesOn();
+    await store.keepSessionAlive(id, 'lease-1');
+    const kept = await expireTogether(id, present);
+    expect(kept).toBeGreaterThan(started);
+    expect((await store.loadTurn(id))!.alive_from).toBe(kept - IDLE_TTL_SEC * 1000);
+    await expect(store.keepSessionAlive(id, 'lease-0')).rejects.toMatchObject({ code: 'lease_lost' });
+
+    // Parked on an hour-long call, then resumed: keeping it alive never shortens the park's expiry.
+    await store.commitTurn(id, 'lease-1', { calls: [clientCall('call-1')] });
+    expect(await store.parkTurn(id, 'lease-1')).toBe(true);
+    const parked = await expireTogether(id, [...present, 'calls']);
+    const wake = await store.resolveToolCall(id, { tool_call_id: 'call-1', success: true, result: 'ok' });
+    await store.claimTurn(id, wake, 'lease-2', 'host');
+    await clockMovesOn();
+    await store.keepSessionAlive(id, 'lease-2');
+    expect(await expireTogether(id, [...present, 'calls'])).toBe(parked);
+
+    // Closed: the retention stays (the turn ended, so the lease holds nothing). Deleted: nothing comes back.
+    await store.closeSession(id, 'done');
+    const closed = await expireTogether(id, ['meta', 'events', 'transcript', 'calls']);
+    await expect(store.keepSessionAlive(id, 'lease-2')).rejects.toMatchObject({ code: 'lease_lost' });
+    expect(await expireTogether(id, ['meta', 'events', 'transcript', 'calls'])).toBe(closed);
+    await redis.del(...Object.values(sessionKeys(id)));
+    await expect(store.keepSessionAlive(id, 'lease-2')).rejects.toMatchObject({ code: 'session_not_found' });
+    expect(await expiries(id)).toEqual({});
+  });
+
   it('a session-scope grant expires with its session, never after it: decided while parked, then the next turn, then the close', async () => {
     const { session_id: id } = await newSession();
     const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'sum' });

@@ -220,6 +220,8 @@ export class SessionStore {
       turn_usage: JSON.parse(meta.turn_usage ?? '{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}'),
       turn_started_len: Number(meta.turn_started_len ?? 0),
       turn_started_at: Number(meta.turn_started_at ?? 0),
+      alive_from: Math.max(...['turn_started_at', 'parked_at', 'kept_at'].map((f) => Number(meta[f] ?? 0))),
+      idle_ttl_sec: Number(meta.ttl ?? 0),
       transcript: transcript.map((m) => JSON.parse(m) as object),
       calls: parseCalls(calls),
       approval_policy: JSON.parse(meta.approval_policy ?? '[]') as ApprovalRule[],
@@ -284,6 +286,16 @@ export class SessionStore {
     if (keepUntil < 0) throw scriptError(keepUntil, 'park turn');
     if (keepUntil > 0) await this.redis.zadd(parked, 'XX', keepUntil, sessionId);
     return keepUntil > 0;
+  }
+
+  /**
+   * Every key of the session of the turn held by `lease` expires the idle TTL from now, or later if a park already
+   * keeps it longer (lua/keepSessionAlive-8.lua): a turn running longer than the idle TTL keeps its session. Throws
+   * lease_lost (the turn ended or moved to another attempt) or session_not_found (never brought back).
+   */
+  async keepSessionAlive(sessionId: string, lease: string): Promise<void> {
+    const code = await this.scripts.keepSessionAlive(...this.k8(sessionId), lease);
+    if (code < 0) throw scriptError(code, 'keep session alive');
   }
 
   /** Settles a client call; returns the wake to enqueue when the parked turn can go on, else 0. */

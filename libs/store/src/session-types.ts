@@ -143,6 +143,13 @@ export interface TurnState {
   turn_started_len: number;
   /** When the turn began (ms, Redis's clock; 0 for a turn begun before this was recorded). */
   turn_started_at: number;
+  /**
+   * Since when (ms, Redis's clock) every key of the session is sure to live the idle TTL: the turn's start, its last
+   * park (which may keep them longer) or the last keepSessionAlive, whichever came last.
+   */
+  alive_from: number;
+  /** The session's idle TTL (seconds, CADRE_SESSION_IDLE_TTL_SEC when it was created). */
+  idle_ttl_sec: number;
   transcript: object[];
   calls: ClientCall[];
   approval_policy: ApprovalRule[];

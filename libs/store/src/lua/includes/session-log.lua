@@ -50,7 +50,8 @@ local function touchSession(ttl)
 end
 
 -- A key written after the session's keys got their expiry (the turn's calls, a queued input, a grant) expires
--- with them, to the millisecond: at the meta hash's expiry, whether a turn's start or a park (parkTurn-8.lua) set it.
+-- with them, to the millisecond: at the meta hash's expiry, whether a turn's start, a park (parkTurn-8.lua) or a long
+-- turn's keep-alive (keepSessionAlive-8.lua) set it.
 local function liveWithSession(key)
   local at = redis.call('PEXPIRETIME', metaKey)
   if at > 0 then redis.call('PEXPIREAT', key, at) end

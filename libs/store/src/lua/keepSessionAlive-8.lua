@@ -1,0 +1,24 @@
+--[[
+  Keeps the session of a running turn alive: every key of it expires the idle TTL from now, unless it already
+  expires later (a park's deadline, parkTurn-8.lua: GT never shortens an expiry). A turn's start sets the keys' expiry
+  and nothing else moves it while the turn runs, so a turn longer than the idle TTL would lose its session mid-turn;
+  the turn runner calls this at a boundary once half the idle TTL has passed since the expiry was last set.
+  Fenced by the attempt's lease: a deleted session is never brought back (no meta hash: nothing is written), and a
+  closed one keeps its retention (its turn ended). PEXPIREAT on a key that does not exist does nothing.
+  KEYS[1] meta   KEYS[2] events   KEYS[3] transcript   KEYS[4] calls   KEYS[5] steer list   KEYS[6] follow-up list
+  KEYS[7] approvals (earlier turns' records)   KEYS[8] grants
+  ARGV[1] lease
+  The meta hash's `kept_at` (ms) is when it ran: the runner's later steps, on any attempt, count from it.
+  Returns the meta hash's expiry (ms), or ERR.session_not_found, ERR.lease_lost.
+]]
+--@include errors
+--@include session-log
+
+if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
+local m = redis.call('HMGET', metaKey, 'status', 'lease', 'ttl')
+if m[1] ~= 'running' or m[2] ~= ARGV[1] then return ERR.lease_lost end
+local now = nowMs()
+redis.call('HSET', metaKey, 'kept_at', now)
+local at = now + tonumber(m[3]) * 1000
+for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], at, 'GT') end
+return redis.call('PEXPIRETIME', metaKey)
