@@ -20,6 +20,7 @@ export default defineConfig({
       'tests/sessions-http.int.test.ts',
       'tests/sessions-crash.int.test.ts',
       'tests/sessions-steering.int.test.ts',
+      'tests/session-long-turn.int.test.ts',
       'tests/approvals.int.test.ts',
       'tests/cluster/**/*.test.ts',
     ],
