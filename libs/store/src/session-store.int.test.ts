@@ -185,4 +185,16 @@ describe('session keys\' expiry', () => {
     await store.closeSession(id, 'done');
     expect(await expireTogether(id, ['meta', 'events', 'transcript', 'approvals', 'grants'])).toBeGreaterThan(started);
   });
+
+  it('a key written to a session whose meta hash has no expiry gets the session\'s idle TTL from then, never none', async () => {
+    const { session_id: id } = await newSession();
+    await store.startTurn(id, { message_id: 'm1', content: 'first' });
+    await redis.persist(keys.session(id).meta);
+    const before = await redisNow();
+    await store.queueInput(id, 'follow_up', { input_id: 'f1', content: 'later' }, 10);
+    const after = await redisNow();
+    const at = await redis.pexpiretime(keys.session(id).followUp);
+    expect(at).toBeGreaterThanOrEqual(before + IDLE_TTL_SEC * 1000);
+    expect(at).toBeLessThanOrEqual(after + IDLE_TTL_SEC * 1000);
+  });
 });

@@ -51,10 +51,13 @@ end
 
 -- A key written after the session's keys got their expiry (the turn's calls, a queued input, a grant) expires
 -- with them, to the millisecond: at the meta hash's expiry, whether a turn's start, a park (parkTurn-8.lua) or a long
--- turn's keep-alive (keepSessionAlive-8.lua) set it.
+-- turn's keep-alive (keepSessionAlive-8.lua) set it. A meta hash with no expiry (none today: every caller checks it
+-- exists, and every script that writes it sets one) gives the key the session's `ttl` from now instead, so no key is
+-- ever kept for ever; with no meta hash at all (no `ttl`) the key goes at once, as nothing outlives the meta hash.
 local function liveWithSession(key)
   local at = redis.call('PEXPIRETIME', metaKey)
-  if at > 0 then redis.call('PEXPIREAT', key, at) end
+  if at <= 0 then at = nowMs() + (tonumber(redis.call('HGET', metaKey, 'ttl')) or 0) * 1000 end
+  redis.call('PEXPIREAT', key, at)
 end
 
 -- Ends the turn in progress (if any): pending client calls are settled as cancelled and the turn gets its
