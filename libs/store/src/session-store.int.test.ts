@@ -78,6 +78,16 @@ const askingCall = (id: string): ClientCall => {
   };
 };
 
+/** A session whose turn has parked on a builtin call's pending approval (`call-1`, approval `s.call-1`). */
+async function parkedOnApproval(): Promise<string> {
+  const { session_id: id } = await newSession();
+  const wake = await store.startTurn(id, { message_id: 'm1', content: 'sum' });
+  await store.claimTurn(id, wake, 'lease-1', 'host');
+  await store.commitTurn(id, 'lease-1', { calls: [askingCall('call-1')] });
+  expect(await store.parkTurn(id, 'lease-1')).toBe(true);
+  return id;
+}
+
 describe('session keys\' expiry', () => {
   it('every key of a session expires together through the steps a client takes: queued inputs, a park, an early end, the next turns, the close', async () => {
     const { session_id: id } = await newSession();
@@ -160,12 +170,8 @@ describe('session keys\' expiry', () => {
   });
 
   it('a session-scope grant expires with its session, never after it: decided while parked, then the next turn, then the close', async () => {
-    const { session_id: id } = await newSession();
-    const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'sum' });
-    await store.claimTurn(id, wake1, 'lease-1', 'host');
-    await store.commitTurn(id, 'lease-1', { calls: [askingCall('call-1')] });
     // Parked on the approval: the session is kept the idle TTL past its deadline (a minute on), not the retention.
-    expect(await store.parkTurn(id, 'lease-1')).toBe(true);
+    const id = await parkedOnApproval();
     const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls']);
 
     // Approved for the rest of the session: the grant expires with the session's keys, though the retention is longer.
@@ -184,6 +190,19 @@ describe('session keys\' expiry', () => {
     // Closed: the retention period for every key, the grant's and the earlier turn's approval record's included.
     await store.closeSession(id, 'done');
     expect(await expireTogether(id, ['meta', 'events', 'transcript', 'approvals', 'grants'])).toBeGreaterThan(started);
+  });
+
+  it('abort_and_prompt after a session-scope approval: the prompt\'s turn gives every key, the approval record and the grant too, the idle TTL from then', async () => {
+    const id = await parkedOnApproval();
+    await store.decideApproval(id, 'call-1', 'approved', '', 'tester', 'session');
+    const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'grants']);
+
+    // Aborted with a prompt before the continuation ran: the call's approval moves to the earlier turns' records, and
+    // the new turn's start sets every key, not only the four a session is created with.
+    await clockMovesOn();
+    expect((await store.abortTurn(id, { message_id: 'm2', content: 'instead' })).wake).toBeGreaterThan(0);
+    const started = await expireTogether(id, ['meta', 'events', 'transcript', 'approvals', 'grants']);
+    expect(started).toBeLessThan(parked);
   });
 
   it('a key written to a session whose meta hash has no expiry gets the session\'s idle TTL from then, never none', async () => {
