@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { commandsOf, startTestRedis, type TestRedis } from '@cadre/testing';
-import { SessionEngine, SessionQueue } from '@cadre/session';
+import { SessionEngine, SessionQueue, turnJobId } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 
 let server: TestRedis;
@@ -55,7 +55,7 @@ describe('a message to a session the engine has seen', () => {
     // Both turns started: their user_message is in the log and their job is in the queue.
     for (const id of [seen, unseen]) {
       expect(await redis.hget(keys.session(id).meta, 'status')).toBe('running');
-      expect(await redis.exists(`${keys.bullPrefix()}:${AGENT_QUEUE}:s_${id}_w1`)).toBe(1);
+      expect(await redis.exists(keys.bullJob(AGENT_QUEUE, turnJobId(id, 1)))).toBe(1);
     }
   });
 

@@ -418,7 +418,7 @@ describe('session approvals', () => {
 
       // A grant for the rest of the session, decided while the turn is parked, lives as long as the session's keys.
       expect((await short.post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true, scope: 'session' })).status).toBe(200);
-      const grants = new KeyBuilder(stack.prefix).sessionGrants(sessionId);
+      const grants = new KeyBuilder(stack.prefix).session(sessionId).grants;
       expect(Date.now() + (await redis.pttl(grants))).toBeGreaterThan(deadline);
       const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete' && e.seq > end1);
       expect(log.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['end_turn', 'end_turn']);

@@ -55,7 +55,7 @@ it('a turn longer than the idle TTL keeps its session: it ends turn_complete, ev
   const expiries = await Promise.all([k.meta, k.events, k.transcript].map((key) => redis.pexpiretime(key)));
   expect(expiries[0]).toBeGreaterThan(firstExpiry);
   expect(expiries).toEqual(Array(3).fill(expiries[0]));
-  const absent = await Promise.all([k.calls, k.steer, k.followUp, k.approvals, keys.sessionGrants(id)].map((key) => redis.exists(key)));
+  const absent = await Promise.all([k.calls, k.steer, k.followUp, k.approvals, k.grants].map((key) => redis.exists(key)));
   expect(absent).toEqual([0, 0, 0, 0, 0]);
   expect((await store.transcript(id)).length).toBe(2 + 2 * WAITS);
 });

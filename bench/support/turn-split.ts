@@ -48,7 +48,7 @@ export async function splitFirstDeltas(redis: Redis, prefix: string, stamps: Tur
   const keys = new KeyBuilder(prefix);
   const sessions = [...new Set(stamps.map((s) => s.session))];
   const jobs = redis.pipeline();
-  for (const s of stamps) jobs.hmget(`${keys.bullPrefix()}:${AGENT_QUEUE}:${turnJobId(s.session, s.turn)}`, 'timestamp', 'processedOn');
+  for (const s of stamps) jobs.hmget(keys.bullJob(AGENT_QUEUE, turnJobId(s.session, s.turn)), 'timestamp', 'processedOn');
   const logs = redis.pipeline();
   for (const id of sessions) logs.xrange(keys.session(id).events, '-', '+');
   const [jobReplies, logReplies] = await Promise.all([jobs.exec(), logs.exec()]);

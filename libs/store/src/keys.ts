@@ -67,6 +67,8 @@ export interface SessionKeys {
   followUp: string;
   /** Earlier turns' calls that asked for approval (the current turn's are in `calls`). */
   approvals: string;
+  /** approvalGrant(tool, arguments) approved for the rest of the session (lua/decideSessionApproval-5.lua). */
+  grants: string;
 }
 
 export interface TaskKeys {
@@ -91,7 +93,7 @@ export class KeyBuilder {
     const tag = `${this.prefix}:{s:${sessionId}}`;
     return {
       meta: `${tag}:meta`, events: `${tag}:events`, transcript: `${tag}:transcript`, calls: `${tag}:calls`, steer: `${tag}:steer`, followUp: `${tag}:followup`,
-      approvals: `${tag}:approvals`,
+      approvals: `${tag}:approvals`, grants: `${tag}:grants`,
     };
   }
 
@@ -191,11 +193,6 @@ export class KeyBuilder {
     return `${this.prefix}:{t:${taskId}}:appended`;
   }
 
-  /** approvalGrant(tool, arguments) approved for the rest of the session (lua/decideSessionApproval-5.lua). */
-  sessionGrants(sessionId: string): string {
-    return `${this.prefix}:{s:${sessionId}}:grants`;
-  }
-
   sessionAppended(sessionId: string): string {
     return `${this.prefix}:{s:${sessionId}}:appended`;
   }
@@ -212,5 +209,10 @@ export class KeyBuilder {
   /** BullMQ's own prefix: a hash tag keeps each queue's keys in one slot, as BullMQ requires on Cluster. */
   bullPrefix(): string {
     return `{${this.prefix}:bull}`;
+  }
+
+  /** A BullMQ job's hash (BullMQ's `<prefix>:<queue>:<jobId>`), e.g. to read its timestamps. */
+  bullJob(queue: string, jobId: string): string {
+    return `${this.bullPrefix()}:${queue}:${jobId}`;
   }
 }

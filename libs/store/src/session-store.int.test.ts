@@ -22,13 +22,7 @@ afterAll(async () => {
 });
 
 /** Every key a session can have, by its name in keys.ts. */
-function sessionKeys(sessionId: string): Record<string, string> {
-  const k = keys.session(sessionId);
-  return {
-    meta: k.meta, events: k.events, transcript: k.transcript, calls: k.calls, steer: k.steer, followup: k.followUp, approvals: k.approvals,
-    grants: keys.sessionGrants(sessionId),
-  };
-}
+const sessionKeys = (sessionId: string): Record<string, string> => ({ ...keys.session(sessionId) });
 
 /** When each key of the session that exists expires (PEXPIRETIME, ms), by name. */
 async function expiries(sessionId: string): Promise<Record<string, number>> {
@@ -101,11 +95,11 @@ describe('session keys\' expiry', () => {
     await clockMovesOn();
     for (const input of ['f1', 'f2']) await store.queueInput(id, 'follow_up', { input_id: input, content: input }, 10);
     await store.queueInput(id, 'steer', { input_id: 's1', content: 'steer' }, 10);
-    const started1 = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followup']);
+    const started1 = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followUp']);
 
     // It parks on the call: every key is kept until the idle TTL past the call's deadline, an hour on.
     expect(await store.parkTurn(id, 'lease-1')).toBe(true);
-    const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followup']);
+    const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followUp']);
     expect(parked).toBeGreaterThan(started1 + 3_000_000);
 
     // The client cancels: the turn ends early, its queued inputs stay. The next turn's start gives every key the
@@ -113,7 +107,7 @@ describe('session keys\' expiry', () => {
     await clockMovesOn();
     expect(await store.cancelTurn(id, 'cancelled')).not.toBeNull();
     const wake2 = await store.startTurn(id, { message_id: 'm2', content: 'second' });
-    const started2 = await expireTogether(id, ['meta', 'events', 'transcript', 'steer', 'followup']);
+    const started2 = await expireTogether(id, ['meta', 'events', 'transcript', 'steer', 'followUp']);
     expect(started2).toBeLessThan(parked);
     expect(started2).toBeGreaterThan(started1);
 
@@ -123,7 +117,7 @@ describe('session keys\' expiry', () => {
     await clockMovesOn();
     expect(await store.finishTurn(id, 'lease-2', {}, 'end_turn')).toMatchObject({ kind: 'ended', next: wake2 + 1 });
     expect((await store.getSession(id))!.queued_follow_ups.map((f) => f.input_id)).toEqual(['f2']);
-    const started3 = await expireTogether(id, ['meta', 'events', 'transcript', 'followup']);
+    const started3 = await expireTogether(id, ['meta', 'events', 'transcript', 'followUp']);
     expect(started3).toBeGreaterThan(started2);
 
     // The close drops the queue; what is left is kept for the retention period, all of it together.
@@ -137,7 +131,7 @@ describe('session keys\' expiry', () => {
     const wake1 = await store.startTurn(id, { message_id: 'm1', content: 'long' });
     await store.claimTurn(id, wake1, 'lease-1', 'host');
     await store.queueInput(id, 'follow_up', { input_id: 'f1', content: 'later' }, 10);
-    const present = ['meta', 'events', 'transcript', 'followup'];
+    const present = ['meta', 'events', 'transcript', 'followUp'];
     const started = await expireTogether(id, present);
     expect((await store.loadTurn(id))!.alive_from).toBe(started - IDLE_TTL_SEC * 1000);
 

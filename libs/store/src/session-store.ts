@@ -79,7 +79,7 @@ export class SessionStore {
    */
   private k8(sessionId: string): string[] {
     const k = this.keys.session(sessionId);
-    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp, k.approvals, this.keys.sessionGrants(sessionId)];
+    return [k.meta, k.events, k.transcript, k.calls, k.steer, k.followUp, k.approvals, k.grants];
   }
 
 
@@ -323,7 +323,7 @@ export class SessionStore {
       if (call) grant = approvalGrant(call.tool_name, modifier || call.arguments);
     }
     const [code, raw] = await this.scripts.decideSessionApproval(
-      ...this.k(sessionId), this.keys.sessionGrants(sessionId), sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant,
+      ...this.k(sessionId), this.keys.session(sessionId).grants, sessionId, id, status, reason, decidedBy, this.maxEvents, this.keys.sessionAppended(sessionId), scope, grant,
       status === 'approved' ? modifier : '',
     );
     if (code === SCRIPT_ERRORS.approval_decided.code) throw approvalDecided(id, (JSON.parse(raw!) as ClientCall).approval?.status ?? 'decided');
@@ -336,7 +336,7 @@ export class SessionStore {
   /** Which of these calls an approval for the rest of the session already covers. */
   async granted(sessionId: string, calls: readonly { tool: string; arguments: string }[]): Promise<boolean[]> {
     if (calls.length === 0) return [];
-    const hits = await this.redis.smismember(this.keys.sessionGrants(sessionId), ...calls.map((c) => approvalGrant(c.tool, c.arguments)));
+    const hits = await this.redis.smismember(this.keys.session(sessionId).grants, ...calls.map((c) => approvalGrant(c.tool, c.arguments)));
     return hits.map((h) => h === 1);
   }
 
