@@ -13,16 +13,16 @@ import { streamSession } from '../apps/gateway/src/grpc/session.stream.ts';
 import { KontekstRun } from './support/kontekst-run.ts';
 import { SessionStream } from './support/session-client.ts';
 
-// The session edges' bidi calls (kontekst's Run, roz's StreamSession) against a gateway drain, with the edges' parts built here as the gateway builds them (real Redis,
-// store, fan-out and session engine; a real grpc-js server and client on port 0). The test holds what a whole
-// gateway cannot: the drain's signal without the rest of its close, which quits Redis and closes the fan-out a few
-// ms after the status and so hides whatever the call still does then (tests/kontekst.int.test.ts drains a whole
-// gateway), and a start stopped at its watch until the test lets it go on. No worker runs: a started turn stays
-// `running` with its job in the queue.
+// The session edges' bidi calls (kontekst's Run, roz's StreamSession) against a gateway drain, with the edges' parts
+// built here as the gateway builds them (real Redis, store, fan-out and session engine; a real grpc-js server and
+// client on port 0). The test holds what a whole gateway cannot: the drain's signal without the rest of its close,
+// which quits Redis and closes the fan-out a few ms after the status and so hides whatever the call still does then
+// (tests/kontekst.int.test.ts drains a whole gateway), and a start stopped at its watch until the test lets it go on.
+// No worker runs: a started turn stays `running` with its job in the queue.
 let server: TestRedis;
 let redis: Redis;
 let queue: SessionQueue;
-const keys = new KeyBuilder(`kdrain${process.pid}`);
+const keys = new KeyBuilder(`edges${process.pid}`);
 
 beforeAll(async () => {
   server = await startTestRedis();
