@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 import { AgentServiceService } from '@cadre/protocol';
@@ -48,6 +48,10 @@ interface Edge {
   close(): Promise<void>;
 }
 
+/**
+ * The edge's parts; whatever the test leaves open when it ends (a failed assertion included) is closed then: the
+ * server at once, with every call still on it, and the fan-out's subscriber, so nothing is left to the next test.
+ */
 async function startEdge(): Promise<Edge> {
   const store = new SessionStore({ redis, keys });
   const subscriber = new Redis(server.url);
@@ -66,13 +70,33 @@ async function startEdge(): Promise<Edge> {
   const port = await new Promise<number>((resolve, reject) => {
     grpcServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
   });
+  let closed: Promise<void> | undefined;
+  onTestFinished(async () => {
+    if (closed) return closed;
+    grpcServer.forceShutdown();
+    await fanout.close();
+  });
   return {
     target: `127.0.0.1:${port}`, engine, store, fanout, draining, open: () => open,
-    close: async () => {
+    close: () => (closed ??= (async () => {
       await new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
       await fanout.close();
-    },
+    })()),
   };
+}
+
+/** A kontekst Run call on `edge`, its client closed when the test ends. */
+function runOn(edge: Edge): KontekstRun {
+  const run = new KontekstRun(edge.target);
+  onTestFinished(() => run.close());
+  return run;
+}
+
+/** A StreamSession call on `edge`, its client closed when the test ends. */
+function streamOn(edge: Edge): SessionStream {
+  const client = grpcClient(edge.target);
+  onTestFinished(() => client.close());
+  return new SessionStream(client);
 }
 
 /** Stops every start of `engine` at its watch until release(); `reached` names the session, `watched` follows the watch. */
@@ -104,7 +128,7 @@ describe('kontekst Run and a gateway drain', () => {
   it('a drain while a start is in flight ends the call with the drain\'s status at once; the start then closes its watch and starts no turn', async () => {
     const edge = await startEdge();
     const held = holdWatch(edge.engine);
-    const run = new KontekstRun(edge.target);
+    const run = runOn(edge);
     run.send(start());
     // The start has created its session and stops at its watch.
     const sessionId = await held.reached;
@@ -119,8 +143,6 @@ describe('kontekst Run and a gateway drain', () => {
     expect((await edge.store.getSession(sessionId))!.status).toBe('idle');
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
     expect(run.events).toEqual([]);
-    run.close();
-    await edge.close();
   });
 
   it('a start drained in flight that would have been refused (a turn is in progress) closes its watch too: nothing waits for an event to go', async () => {
@@ -128,7 +150,7 @@ describe('kontekst Run and a gateway drain', () => {
     const { session_id: sessionId } = await edge.engine.create({ workspaces: 'all' }, { workspace_id: 'default' });
     await edge.engine.sendMessage({ workspaces: 'all' }, sessionId, { content: 'Another client\'s turn' });
     const held = holdWatch(edge.engine);
-    const run = new KontekstRun(edge.target);
+    const run = runOn(edge);
     run.send(start(sessionId));
     await held.reached;
     edge.draining.abort();
@@ -141,8 +163,6 @@ describe('kontekst Run and a gateway drain', () => {
     // The other client's turn is untouched.
     expect((await edge.store.getSession(sessionId))!.status).toBe('running');
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started', 'user_message']);
-    run.close();
-    await edge.close();
   });
 
   it('a drain leaves a started run\'s turn as it is: the call\'s end, which grpc-js reports after the drain\'s status, cancels nothing', async () => {
@@ -153,7 +173,7 @@ describe('kontekst Run and a gateway drain', () => {
       cancels++;
       return cancelTurn(...args);
     };
-    const run = new KontekstRun(edge.target);
+    const run = runOn(edge);
     run.send(start());
     const started = await run.waitFor('started');
     edge.draining.abort();
@@ -172,7 +192,7 @@ describe('roz StreamSession and a gateway drain', () => {
     const edge = await startEdge();
     const { session_id: sessionId } = await edge.engine.create({ workspaces: 'all' }, { workspace_id: 'default' });
     const held = holdWatch(edge.engine);
-    const stream = new SessionStream(grpcClient(edge.target));
+    const stream = streamOn(edge);
     // A client back after a lost stream, with everything up to the session's last seq: nothing is left to send it.
     stream.send({ $case: 'start', value: { sessionId, afterSeq: 1 } });
     await held.reached;
@@ -186,6 +206,5 @@ describe('roz StreamSession and a gateway drain', () => {
     await waitUntil('the resume to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
     expect(stream.frames).toEqual([]);
-    await edge.close();
   });
 });

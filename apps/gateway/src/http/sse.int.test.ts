@@ -2,7 +2,7 @@ import http from 'node:http';
 import fastify from 'fastify';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { SessionEngine, SessionQueue } from '@cadre/session';
 import { EventFanout, KeyBuilder, SessionStore } from '@cadre/store';
 import { startTestRedis, type TestRedis } from '@cadre/testing';
@@ -34,6 +34,7 @@ describe('SSE and a client gone before its stream is served', () => {
   it('a client that closed while the watch was opening leaves no watcher behind (an idle session would hold it for its whole life)', async () => {
     const store = new SessionStore({ redis, keys });
     const fanout = new EventFanout({ keys, subscriber });
+    onTestFinished(() => fanout.close());
     const engine = new SessionEngine({ store, queue, fanout, defaultModel: 'cadre-scripted' });
     const { session_id: sessionId } = await engine.create({ workspaces: 'all' }, { workspace_id: 'default' });
     const sse = new SseSessions({ logger: pino({ level: 'silent' }) });
@@ -46,6 +47,8 @@ describe('SSE and a client gone before its stream is served', () => {
     let served!: () => void;
     const done = new Promise<void>((resolve) => (served = resolve));
     const app = fastify();
+    // Closed even when an assertion fails, before the fan-out (hooks run last-registered first).
+    onTestFinished(() => app.close());
     app.get('/stream', async (request, reply) => {
       request.raw.socket.once('close', clientGone);
       reach();
@@ -66,7 +69,5 @@ describe('SSE and a client gone before its stream is served', () => {
     await done;
     await expect.poll(() => fanout.watcherCount(), { timeout: 5_000 }).toBe(0);
     expect(sse.count()).toBe(0);
-    await app.close();
-    await fanout.close();
   });
 });
