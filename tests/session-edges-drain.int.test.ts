@@ -120,6 +120,30 @@ function holdWatch(engine: SessionEngine): { reached: Promise<string>; watched: 
   return { reached, watched, release };
 }
 
+/**
+ * Drains the gateway while `held` holds a start at its watch: the call ends UNAVAILABLE at once and is no longer
+ * counted. Then lets the start go on, which must close the watch it opens (nothing else would: no event is coming).
+ */
+async function drainHeld(edge: Edge, held: ReturnType<typeof holdWatch>, status: Promise<grpc.StatusObject>): Promise<void> {
+  edge.draining.abort();
+  expect(await status).toMatchObject({ code: grpc.status.UNAVAILABLE, details: GATEWAY_SHUTTING_DOWN });
+  expect(edge.open()).toBe(0);
+  held.release();
+  await held.watched;
+  await waitUntil('the start to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+}
+
+/** Counts the engine's calls of `method` from now on (each call goes ahead as before). */
+function countCalls<M extends 'cancelTurn' | 'pendingToolRequests'>(engine: SessionEngine, method: M): () => number {
+  let calls = 0;
+  const original = engine[method].bind(engine) as (...args: unknown[]) => unknown;
+  engine[method] = ((...args: unknown[]) => {
+    calls++;
+    return original(...args);
+  }) as SessionEngine[M];
+  return () => calls;
+}
+
 const eventTypes = async (store: SessionStore, sessionId: string): Promise<string[]> => (await store.readEvents(sessionId, 0, 100))!.events.map((e) => e.event_type);
 
 const start = (sessionId = '') => ({ $case: 'start' as const, value: { prompt: 'Hello', sessionId, agentName: '', workingDir: '' } });
@@ -132,14 +156,8 @@ describe('kontekst Run and a gateway drain', () => {
     run.send(start());
     // The start has created its session and stops at its watch.
     const sessionId = await held.reached;
-    edge.draining.abort();
-    expect(await run.status).toMatchObject({ code: grpc.status.UNAVAILABLE, details: GATEWAY_SHUTTING_DOWN });
-    expect(edge.open()).toBe(0);
-
     // The start goes on: its watch is registered, and closed, and the turn the client was told nothing of never starts.
-    held.release();
-    await held.watched;
-    await waitUntil('the start to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    await drainHeld(edge, held, run.status);
     expect((await edge.store.getSession(sessionId))!.status).toBe('idle');
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
     expect(run.events).toEqual([]);
@@ -153,13 +171,8 @@ describe('kontekst Run and a gateway drain', () => {
     const run = runOn(edge);
     run.send(start(sessionId));
     await held.reached;
-    edge.draining.abort();
-    expect((await run.status).code).toBe(grpc.status.UNAVAILABLE);
-
     // Without a turn of its own the watch would hear nothing it waits for: it must be closed by the start itself.
-    held.release();
-    await held.watched;
-    await waitUntil('the start to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    await drainHeld(edge, held, run.status);
     // The other client's turn is untouched.
     expect((await edge.store.getSession(sessionId))!.status).toBe('running');
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started', 'user_message']);
@@ -167,12 +180,7 @@ describe('kontekst Run and a gateway drain', () => {
 
   it('a drain leaves a started run\'s turn as it is: the call\'s end, which grpc-js reports after the drain\'s status, cancels nothing', async () => {
     const edge = await startEdge();
-    let cancels = 0;
-    const cancelTurn = edge.engine.cancelTurn.bind(edge.engine);
-    edge.engine.cancelTurn = (...args) => {
-      cancels++;
-      return cancelTurn(...args);
-    };
+    const cancels = countCalls(edge.engine, 'cancelTurn');
     const run = runOn(edge);
     run.send(start());
     const started = await run.waitFor('started');
@@ -181,7 +189,7 @@ describe('kontekst Run and a gateway drain', () => {
     run.close();
     // Every connection gone: grpc-js has emitted the server call's 'cancelled' by now, and Redis is still up.
     await edge.close();
-    expect(cancels).toBe(0);
+    expect(cancels()).toBe(0);
     expect((await edge.store.getSession(started.sessionId))!.status).toBe('running');
     expect(await eventTypes(edge.store, started.sessionId)).toEqual(['session_started', 'user_message']);
   });
@@ -196,14 +204,26 @@ describe('roz StreamSession and a gateway drain', () => {
     // A client back after a lost stream, with everything up to the session's last seq: nothing is left to send it.
     stream.send({ $case: 'start', value: { sessionId, afterSeq: 1 } });
     await held.reached;
-    edge.draining.abort();
-    expect(await stream.status).toMatchObject({ code: grpc.status.UNAVAILABLE, details: GATEWAY_SHUTTING_DOWN });
-    expect(edge.open()).toBe(0);
-
     // The session has no turn: a watch kept would wait for an event to end on as long as the session lives.
-    held.release();
-    await held.watched;
-    await waitUntil('the resume to close its watch', () => edge.fanout.watcherCount() === 0, { timeoutMs: 5_000 });
+    await drainHeld(edge, held, stream.status);
+    expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
+    expect(stream.frames).toEqual([]);
+  });
+
+  it('a drain while a new session\'s start is in flight ends the call UNAVAILABLE at once; the start then closes its watch and serves nothing', async () => {
+    const edge = await startEdge();
+    const held = holdWatch(edge.engine);
+    // What a start that goes on serving its call reads first (a ToolRequest to send again), before its log.
+    const served = countCalls(edge.engine, 'pendingToolRequests');
+    const stream = streamOn(edge);
+    stream.send({ $case: 'start', value: { environmentId: 'default' } });
+    // The start has created its session and stops at its watch (from seq 0: the session's whole log).
+    const sessionId = await held.reached;
+    await drainHeld(edge, held, stream.status);
+    // The start stopped at its watch: it neither served the call it was told had ended (its pending requests, its
+    // log, the keepalive a turn's call gets) nor touched the session, which is idle with its first event only.
+    expect(served()).toBe(0);
+    expect((await edge.store.getSession(sessionId))!.status).toBe('idle');
     expect(await eventTypes(edge.store, sessionId)).toEqual(['session_started']);
     expect(stream.frames).toEqual([]);
   });
