@@ -68,8 +68,9 @@ export class SseSessions {
     const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), this.keepAliveMs);
     const stop = (): void => void watcher.return();
     request.raw.once('close', stop);
-    // A client gone while its watch was opening closed before the listener: nothing would ever end the watch.
-    if (request.raw.socket.destroyed) stop();
+    // A client gone while its watch was opening closed the request before the listener: nothing would ever end the
+    // watch. Checked on the object listened to.
+    if (request.raw.destroyed) stop();
 
     void (async () => {
       try {
