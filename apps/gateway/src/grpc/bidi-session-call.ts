@@ -19,7 +19,7 @@ export interface BidiCallDeps {
  * order, the session's log through one watcher, the gateway's drain, and one way to end — with a status (`fail`)
  * or OK (`finish`) — after which nothing more is written and the watcher is let go. The session outlives the call.
  */
-export abstract class BidiSessionCall<Req, Res> {
+export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = BidiCallDeps> {
   protected principal: Principal | undefined;
   protected sessionId: string | undefined;
   protected watcher: LogWatcher<SessionEvent> | null = null;
@@ -27,27 +27,32 @@ export abstract class BidiSessionCall<Req, Res> {
   /** The requests so far: each is handled once the one before it has been. */
   protected chain: Promise<void> = Promise.resolve();
   protected readonly call: grpc.ServerDuplexStream<Req, Res>;
-  private readonly edge: BidiCallDeps;
+  /** The edge's dependencies, the shared ones (BidiCallDeps) and the subclass's own. */
+  protected readonly deps: Deps;
   /** The call's name in the log (e.g. "StreamSession"). */
   private readonly name: string;
 
-  protected constructor(edge: BidiCallDeps, call: grpc.ServerDuplexStream<Req, Res>, name: string) {
-    this.edge = edge;
+  protected constructor(deps: Deps, call: grpc.ServerDuplexStream<Req, Res>, name: string) {
+    this.deps = deps;
     this.call = call;
     this.name = name;
   }
 
   protected abstract handle(request: Req): Promise<void>;
 
-  /** Counts the call, ends it on a drain (one already under way included) and handles its requests in order. */
+  /**
+   * Counts the call, ends it on a drain (one already under way included), handles its requests in order, and stops
+   * it on the call's 'error' (grpc-js's own, e.g. a request it cannot decode, or the status `fail` sends).
+   */
   protected listen(): void {
-    this.edge.onOpen();
-    this.edge.draining.addEventListener('abort', this.drain, { once: true });
+    this.deps.onOpen();
+    this.deps.draining.addEventListener('abort', this.drain, { once: true });
     // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
-    if (this.edge.draining.aborted) this.drain();
+    if (this.deps.draining.aborted) this.drain();
     this.call.on('data', (request: Req) => {
       this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
     });
+    this.call.on('error', () => this.stop());
   }
 
   /**
@@ -67,7 +72,7 @@ export abstract class BidiSessionCall<Req, Res> {
   protected fail(err: unknown): void {
     if (this.done) return;
     const api = toApiError(err);
-    if (!api) this.edge.logger.error({ err, sessionId: this.sessionId }, `${this.name} failed`);
+    if (!api) this.deps.logger.error({ err, sessionId: this.sessionId }, `${this.name} failed`);
     const status = { code: api ? grpcStatusOf(api.code) : grpc.status.INTERNAL, details: api?.message ?? 'internal error' };
     this.stop();
     if (!this.call.cancelled) this.call.emit('error', status);
@@ -87,10 +92,10 @@ export abstract class BidiSessionCall<Req, Res> {
   protected stop(): void {
     if (this.done) return;
     this.done = true;
-    this.edge.draining.removeEventListener('abort', this.drain);
+    this.deps.draining.removeEventListener('abort', this.drain);
     this.stopped();
     void this.watcher?.return();
-    this.edge.onClose();
+    this.deps.onClose();
   }
 
   /** What a subclass lets go of when the call ends (e.g. a timer). */

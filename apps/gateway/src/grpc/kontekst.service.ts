@@ -40,8 +40,7 @@ export function kontekstAgentService(deps: KontekstRunDeps): { definition: grpc.
  * One Run. Bad input ends the call with its status (kontekst has no in-band error but RunFailed, which is terminal);
  * a drain leaves the run's turn going on (or waiting on its proposals): the README says how a client gets back to it.
  */
-class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent> {
-  private readonly deps: KontekstRunDeps;
+class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent, KontekstRunDeps> {
   private runId = '';
   private terminal = false;
   // What the current model answer said so far, and the run's last answer.
@@ -53,7 +52,6 @@ class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent> {
 
   constructor(deps: KontekstRunDeps, call: Call) {
     super(deps, call, 'kontekst Run');
-    this.deps = deps;
   }
 
   open(): void {
@@ -65,7 +63,6 @@ class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent> {
     const clientEnded = (reason: string): Promise<void> => (this.done ? Promise.resolve() : this.chain.then(() => this.cancelRun(reason)));
     this.call.on('end', () => void clientEnded('the client closed the stream'));
     this.call.on('cancelled', () => void clientEnded('the client went away').finally(() => this.stop()));
-    this.call.on('error', () => this.stop());
   }
 
   protected async handle(command: kontekst.RunCommand): Promise<void> {

@@ -29,14 +29,12 @@ export function streamSession(deps: SessionStreamDeps): (call: Call) => void {
  * session to exist). Responses come from the session's log through the shared fan-out, so any gateway serves any
  * session and a resumed call sees exactly what it missed.
  */
-class StreamSessionCall extends BidiSessionCall<SessionRequest, SessionResponse> {
-  private readonly deps: SessionStreamDeps;
+class StreamSessionCall extends BidiSessionCall<SessionRequest, SessionResponse, SessionStreamDeps> {
   private keepalive: NodeJS.Timeout | undefined;
   private halfClosed = false;
 
   constructor(deps: SessionStreamDeps, call: Call) {
     super(deps, call, 'StreamSession');
-    this.deps = deps;
   }
 
   open(): void {
@@ -45,7 +43,6 @@ class StreamSessionCall extends BidiSessionCall<SessionRequest, SessionResponse>
     // has ended or waits for a client tool this client can no longer answer. The session lives on either way.
     this.call.on('end', () => void this.chain.then(() => this.halfClose()));
     this.call.on('cancelled', () => this.stop());
-    this.call.on('error', () => this.stop());
   }
 
   protected async handle(request: SessionRequest): Promise<void> {
