@@ -38,7 +38,10 @@ export interface Stack {
   modelUrl: string;
   gateway: GatewayProcess;
   worker: NodeChild;
-  /** Stops the worker pool, the gateway, the model and Redis, in that order (the reverse of their start). */
+  /**
+   * Stops the worker pool, the gateway, the model and Redis, in that order (the reverse of their start); every part
+   * is stopped even if one fails to, then the failures are thrown together.
+   */
   stop(): Promise<void>;
 }
 
@@ -58,19 +61,21 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const gateway = await spawnGateway({ REDIS_URL: redis.url, ...prefix });
     started.push(gateway);
     const worker = spawnWorkerPool(redis.url, modelUrl, { ...opts.worker, env: { ...prefix, ...opts.worker?.env } });
-    return {
-      redis, model, modelUrl, gateway, worker,
-      async stop() {
-        await worker.stop();
-        await gateway.stop();
-        await model.stop();
-        await redis.stop();
-      },
-    };
+    started.push(worker);
+    return { redis, model, modelUrl, gateway, worker, stop: () => stopAll(started) };
   } catch (err) {
-    for (const part of started.reverse()) await part.stop();
+    // The start's own error is the one thrown; a part that also fails to stop is only reported.
+    await stopAll(started).catch((stopErr: unknown) => console.error('bench stack: stopping after a failed start failed too', stopErr));
     throw err;
   }
+}
+
+/** Stops `parts` last first, each one even if one before it failed; throws every failure at once. */
+async function stopAll(parts: readonly { stop(): Promise<void> }[]): Promise<void> {
+  const failures: unknown[] = [];
+  for (const part of [...parts].reverse()) await part.stop().catch((err: unknown) => failures.push(err));
+  if (failures.length === 1) throw failures[0];
+  if (failures.length > 1) throw new AggregateError(failures, `${failures.length} parts of the bench stack failed to stop`);
 }
 
 /** One call to the gateway's HTTP API with the bench's key; the answer's status and its parsed JSON body. */
