@@ -42,7 +42,9 @@ type Turn = (prompt: string, onText: (text: string) => void) => Promise<void>;
 /** `id`: the session's id, where the protocol names it (StreamSession's SessionStarted). */
 let openSession: () => Promise<{ turn: Turn; close: () => void; id?: string }>;
 
-const wallMs = (): number => performance.timeOrigin + performance.now();
+// Date.now(), as the gateway, the worker and BullMQ stamp: performance.timeOrigin + now() drifts from the wall clock
+// over a long-lived process (the clock is slewed after timeOrigin is fixed), which showed as negative steps.
+const wallMs = (): number => Date.now();
 
 if (o.mode === 'raw') {
   const client = new OpenAI({ baseURL: o.modelUrl!, apiKey: 'scripted', maxRetries: 0 });

@@ -2,14 +2,14 @@
 // (nothing is stamped in the product): the turn's BullMQ job record (`timestamp`: the gateway's Date.now() as it
 // calls add; `processedOn`: the worker's Date.now() as it sends the moveToActive that takes the job; kept an hour
 // by removeOnComplete) and the session log's event times (`ts`: Redis's TIME in the appending script), beside the
-// client's wall-clock stamps of the send and the first delta. One clock (the machine's), ms resolution for all but
-// the client's stamps: each step is ±1 ms.
+// client's Date.now() stamps of the send and the first delta. One clock (the machine's), ms resolution for all:
+// each step is ±1 ms.
 import type { Redis } from 'ioredis';
 import { turnJobId } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import { summarize, type LatencySummary } from './latency.ts';
 
-/** One turn on the wall clock (ms since the epoch, sub-ms), stamped by the client: its message sent, its first text delta's arrival. */
+/** One turn on the wall clock (ms since the epoch), stamped by the client: its message sent, its first text delta's arrival. */
 export interface TurnStamp {
   session: string;
   /** 1 for a session's first turn (its job's wake: one per turn when no tool call or steer resumes it). */
