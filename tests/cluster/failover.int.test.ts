@@ -29,21 +29,25 @@ afterEach(async () => {
 interface Watched {
   events: TeamEventProto[];
   resumes: number;
+  /** Stops watching (a task Redis lost: nothing tells its watch, which would wait for ever). */
+  abandon?: () => void;
   /** Set when a resume was refused (a cursor past the log's end: the log lost events the watcher had seen). */
   refused?: string;
 }
 
 /**
- * Watches a task to its end over gRPC WatchTeam, resuming after an error from the last seq it received, as a client
- * does; gives up when the gateway refuses the cursor itself.
+ * Watches a task to its end over gRPC WatchTeam into `watched`, resuming after an error from the last seq it
+ * received, as a client does; gives up when the gateway refuses the cursor itself, or once `watched.abandon()` is called.
  */
-async function watchToEnd(target: string, taskId: string): Promise<Watched> {
-  const watched: Watched = { events: [], resumes: 0 };
+async function watchToEnd(target: string, taskId: string, watched: Watched): Promise<Watched> {
   const client = grpcClient(target);
+  const abandoned = new Promise<null>((resolve) => (watched.abandon = () => resolve(null)));
   try {
     while (!watched.events.some((e) => TERMINAL.has(e.eventType))) {
       const afterSeq = watched.events.at(-1)?.seq ?? 0;
-      const { events: more, status } = await watchTeam(client, { taskId, afterSeq });
+      const answer = await Promise.race([watchTeam(client, { taskId, afterSeq }), abandoned]);
+      if (!answer) break;
+      const { events: more, status } = answer;
       watched.events.push(...more);
       if (TERMINAL.has(more.at(-1)?.eventType ?? '')) break;
       // Refused: a cursor past the log's end, or a task the cluster no longer knows (status 5, NOT_FOUND).
@@ -65,7 +69,7 @@ async function watchToEnd(target: string, taskId: string): Promise<Watched> {
  * resolves once every worker of every task has started, or (`firstOnly`) those of the first task: on a loaded
  * machine the first tasks of a busy batch can end before the last one's workers get a slot.
  */
-async function startTasks(redis: TestRedis, count: number, answerMs: number, firstOnly = false): Promise<{ taskIds: string[]; watches: Promise<Watched>[] }> {
+async function startTasks(redis: TestRedis, count: number, answerMs: number, firstOnly = false): Promise<{ taskIds: string[]; watches: Promise<Watched>[]; watching: Watched[] }> {
   stack = await TestStack.start({ redis, workers: 2 });
   const taskIds: string[] = [];
   for (let i = 0; i < count; i++) {
@@ -81,13 +85,14 @@ async function startTasks(redis: TestRedis, count: number, answerMs: number, fir
     expect(res.status).toBe(201);
     taskIds.push(((await res.json()) as { task: { task_id: string } }).task.task_id);
   }
-  const watches = taskIds.map((id) => watchToEnd(stack!.grpcTarget, id));
+  const watching = taskIds.map((): Watched => ({ events: [], resumes: 0 }));
+  const watches = taskIds.map((id, i) => watchToEnd(stack!.grpcTarget, id, watching[i]!));
   // Mid-task: every worker of every task has started (and is waiting on its model answer).
   for (const id of firstOnly ? taskIds.slice(0, 1) : taskIds) {
     await waitForEvent(stack.url, id, (e) => e.event_type === 'worker_started' && e.worker_id === 'con-2', 30_000);
     await waitForEvent(stack.url, id, (e) => e.event_type === 'worker_started' && e.worker_id === 'pro-1', 30_000);
   }
-  return { taskIds, watches };
+  return { taskIds, watches, watching };
 }
 
 /** The worker an event of WatchTeam is about ('' for task events), as the HTTP log names it. */
@@ -105,18 +110,22 @@ interface LoggedEvent {
 
 /**
  * Each task's log once it ended. A task the gateway answers 404 for fails the test, saying whether the surviving
- * cluster still holds it (each node read directly): a wrong answer, or a task Redis really lost.
+ * cluster still holds it (each node read directly): a wrong answer, or a task Redis really lost. `mayHaveLost`
+ * (the tasks whose writes went to a master killed before its replica had them) may be missing from the map, but
+ * only if every live node answered and none holds the task: Redis lost it, the gateway did not.
  */
-async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = ''): Promise<Map<string, LoggedEvent[]>> {
+async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = '', mayHaveLost = new Set<string>()): Promise<Map<string, LoggedEvent[]>> {
   const logs = await Promise.all(taskIds.map(async (id) => {
     try {
       return (await pollUntilTerminal(stack!.url, id, 90_000)).map((e) => ({ seq: e.seq, event_type: e.event_type, worker_id: e.worker_id, timestamp: e.timestamp }));
     } catch (err) {
       if (!cluster || !/HTTP 404/.test((err as Error).message)) throw err;
-      throw new Error(`task ${id} answered 404 after the takeover (${killed}); ${await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta)}`, { cause: err });
+      const holders = await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta);
+      if (mayHaveLost.has(id) && holders.lostByRedis) return undefined;
+      throw new Error(`task ${id} answered 404 after the takeover (${killed}); ${holders.text}`, { cause: err });
     }
   }));
-  return new Map(taskIds.map((id, i) => [id, logs[i]!]));
+  return new Map(taskIds.flatMap((id, i) => (logs[i] ? [[id, logs[i]] as const] : [])));
 }
 
 /**
@@ -124,8 +133,10 @@ async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = ''):
  * view: its role, link to its master, full syncs it served or took, and any error reading it — never swallowed,
  * since "holds nothing" must mean the node answered so.
  */
-async function whoHolds(cluster: TestCluster, key: string): Promise<string> {
+async function whoHolds(cluster: TestCluster, key: string): Promise<{ text: string; lostByRedis: boolean }> {
   const views: string[] = [];
+  let held = false;
+  let unreachable = 0;
   for (const node of cluster.nodes) {
     const conn = new Redis(node.url, { maxRetriesPerRequest: 1, lazyConnect: true, connectTimeout: 1_000, retryStrategy: () => null });
     conn.on('error', () => undefined);
@@ -138,19 +149,23 @@ async function whoHolds(cluster: TestCluster, key: string): Promise<string> {
       const state = field((await conn.call('CLUSTER', 'INFO')) as string, 'cluster_state');
       let holds: string;
       try {
-        holds = (await conn.exists(key)) === 1 ? 'HOLDS IT' : 'not held';
+        const here = (await conn.exists(key)) === 1;
+        held ||= here;
+        holds = here ? 'HOLDS IT' : 'not held';
       } catch (err) {
         holds = `not its slot (${(err as Error).message.split(' ')[0]})`;
       }
       views.push(`${node.port} ${field(replication, 'role')} ${holds} [cluster ${state}, link ${field(replication, 'master_link_status')}, `
         + `offset ${field(replication, 'master_repl_offset')}, full syncs served ${field(stats, 'sync_full')}, keys ${await conn.dbsize()}]`);
     } catch (err) {
+      unreachable++;
       views.push(`${node.port} unreachable (${(err as Error).message})`);
     } finally {
       conn.disconnect();
     }
   }
-  return `its slot's master is now ${(await cluster.masterOf(key)).port}; nodes: ${views.join('; ')}`;
+  // Only the killed node may fail to answer for "held by none" to mean lost.
+  return { text: `its slot's master is now ${(await cluster.masterOf(key)).port}; nodes: ${views.join('; ')}`, lostByRedis: !held && unreachable === 1 };
 }
 
 describe('Redis Cluster failover', () => {
@@ -181,25 +196,41 @@ describe('Redis Cluster failover', () => {
     process.stderr.write(`failover (replica in sync): replica took over in ${healedAt - killedAt} ms; watcher resumes ${watched.map((w) => w.resumes).join(',')}\n`);
   }, 180_000);
 
-  it('a master killed with writes in flight: every task still ends (none lost), each log contiguous; what the replica never got is measured', async () => {
+  it('a master killed with writes in flight: every task the surviving cluster holds ends, each log contiguous; what the replica never got is measured', async () => {
     const cluster = await startTestCluster();
     // Killed as soon as the first task's workers run: the others are queued behind them or running.
-    const { taskIds, watches } = await startTasks(cluster, BUSY_TASKS, 300, true);
+    const { taskIds, watches, watching } = await startTasks(cluster, BUSY_TASKS, 300, true);
     const keys = new KeyBuilder(stack!.prefix);
     const victim = await cluster.masterOf(keys.task(taskIds[0]!).meta);
+    const onVictim = new Set<string>();
+    for (const id of taskIds) if ((await cluster.masterOf(keys.task(id).meta)) === victim) onVictim.add(id);
     const killedAt = Date.now();
     const { replicaBehindBytes } = await cluster.killMaster(victim);
     const healedAt = Date.now();
 
-    const logs = await finalLogs(taskIds, cluster, `the replica was ${replicaBehindBytes} bytes behind at the kill`);
+    // Redis replicates asynchronously: a task whose writes all went to the victim before its replica had them is
+    // gone with it (README, "Failover"). Only then may a task be missing — on the victim's slots, with the replica
+    // behind at the kill, and held by no live node; any other 404 is the gateway's and fails the test.
+    const mayHaveLost = replicaBehindBytes > 0 ? onVictim : new Set<string>();
+    const logs = await finalLogs(taskIds, cluster, `the replica was ${replicaBehindBytes} bytes behind at the kill`, mayHaveLost);
+    const lost = taskIds.filter((id) => !logs.has(id));
+    for (const [i, id] of taskIds.entries()) if (!logs.has(id)) watching[i]!.abandon?.();
     const watched = await Promise.all(watches);
     let forgotten = 0;
+    /** Events each lost task's watcher had received before its task was gone. */
+    const lostSeen: number[] = [];
     // Appends around the kill: the writes that were in flight when the master died.
     const near = [...logs.values()].flat().filter((e) => Math.abs(Date.parse(e.timestamp) - killedAt) < 250).length;
-    const running = taskIds.filter((id) => Date.parse(logs.get(id)!.at(-1)!.timestamp) > killedAt).length;
+    const running = lost.length + [...logs.values()].filter((log) => Date.parse(log.at(-1)!.timestamp) > killedAt).length;
     expect(running, 'tasks still running when the master died').toBeGreaterThan(0);
     for (const [i, id] of taskIds.entries()) {
-      const log = logs.get(id)!;
+      const log = logs.get(id);
+      if (!log) {
+        // Lost with the victim: everything its watcher was sent is gone too.
+        forgotten += watched[i]!.events.length;
+        lostSeen.push(watched[i]!.events.length);
+        continue;
+      }
       assertContiguous(log.map((e) => e.seq));
       expect(log.at(-1)!.event_type, `task ${i}: ${log.map((e) => e.event_type).join(',')}`).toMatch(/^task_(completed|failed)$/);
       // Events a watcher was sent that the surviving log does not hold at that seq: acknowledged, never replicated.
@@ -208,7 +239,7 @@ describe('Redis Cluster failover', () => {
     }
     process.stderr.write(`failover with writes in flight: ${running} of ${BUSY_TASKS} tasks running, ${near} appends within 250 ms of the kill; `
       + `replica ${replicaBehindBytes} bytes behind at the kill, took over in ${healedAt - killedAt} ms; `
-      + `tasks ${taskIds.map((id) => logs.get(id)!.at(-1)!.event_type.replace('task_', '')).join(',')}; `
+      + `tasks ${taskIds.map((id) => logs.get(id)?.at(-1)!.event_type.replace('task_', '') ?? 'LOST').join(',')} (${lost.length} lost with the victim, of ${onVictim.size} on its slots; their watchers had received ${lostSeen.join(',') || '-'} events); `
       + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused: ${watched.filter((w) => w.refused).length}\n`);
   }, 180_000);
 });
