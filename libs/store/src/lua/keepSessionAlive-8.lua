@@ -12,13 +12,12 @@
   Returns the meta hash's expiry (ms), or ERR.session_not_found, ERR.lease_lost.
 ]]
 --@include errors
---@include session-log
+--@include session-inputs
 
 if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 local m = redis.call('HMGET', metaKey, 'status', 'lease', 'ttl')
 if m[1] ~= 'running' or m[2] ~= ARGV[1] then return ERR.lease_lost end
 local now = nowMs()
 redis.call('HSET', metaKey, 'kept_at', now)
-local at = now + tonumber(m[3]) * 1000
-for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], at, 'GT') end
+keepEverySessionKeyUntil(now + tonumber(m[3]) * 1000)
 return redis.call('PEXPIRETIME', metaKey)

@@ -13,7 +13,7 @@
   0 nothing to wait for, ERR.session_not_found, ERR.lease_lost.
 ]]
 --@include errors
---@include session-log
+--@include session-inputs
 
 if redis.call('EXISTS', metaKey) == 0 then return ERR.session_not_found end
 local m = redis.call('HMGET', metaKey, 'status', 'lease', 'ttl')
@@ -31,5 +31,5 @@ for _, call in ipairs(pending) do
   if by > resumeBy then resumeBy = by end
 end
 local keepUntil = resumeBy + tonumber(m[3]) * 1000
-for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], keepUntil, 'GT') end
+keepEverySessionKeyUntil(keepUntil)
 return keepUntil

@@ -42,8 +42,19 @@ end
 -- Inputs left queued by a turn that ended early, earlier turns' records and the session's grants keep no expiry of
 -- their own: a park (parkTurn-8.lua) kept them as long as the rest, and a turn's start that shortens the rest
 -- shortens them too. A grant never outlives its session (it is the session's, no other session reads it).
+local function everySessionKey()
+  return { metaKey, eventsKey, transcriptKey, callsKey, steerKey, followKey, approvalsKey, grantsKey }
+end
+
 local function touchEverySessionKey(ttl)
-  expireTogether({ metaKey, eventsKey, transcriptKey, callsKey, steerKey, followKey, approvalsKey, grantsKey }, ttl)
+  expireTogether(everySessionKey(), ttl)
+end
+
+-- Every key of the session lives at least until `at` (ms): GT never shortens an expiry already later (a park's
+-- deadline), and a key that does not exist is left so. A park (parkTurn-8.lua) and a long turn's keep-alive
+-- (keepSessionAlive-8.lua) move the keys this way.
+local function keepEverySessionKeyUntil(at)
+  for _, key in ipairs(everySessionKey()) do redis.call('PEXPIREAT', key, at, 'GT') end
 end
 
 -- Starts a turn on an idle session (as startTurn-8.lua does, with the session's tools): the caller pushes the
