@@ -88,7 +88,7 @@ export async function rideOutOutage<D extends { outages?: number }>(job: Job<D>,
   ride.log.warn({ err: ride.err, outages }, 'loop stopped: Redis unavailable');
   if (outages < ride.maxAttempts) {
     const data = { outages } as Partial<D>;
-    return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log, ...(ride.onHandedBack && { onHandedBack: ride.onHandedBack }) });
+    return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log, onHandedBack: ride.onHandedBack });
   }
   try {
     await retryWhileUnavailable(() => ride.giveUp(message), { withinMs: ride.waitMs, signal: ride.signal });
