@@ -161,9 +161,10 @@ describe('cadre', () => {
     expect(table.code, table.stderr).toBe(0);
     const rows = table.stdout.trim().split('\n');
     expect(rows[0]).toMatch(/^APPROVAL\s+STATUS\s+TASK\s+WORKER\s+TOOL\s+ARGUMENTS\s+EXPIRES IN\s+REASON$/);
-    expect(rows.slice(1).map((r) => r.split(/\s+/).slice(1, 5))).toEqual([
-      ['pending', taskId, 'yes-1', 'calculate'],
+    // The two workers run in parallel: either may ask first (the list is oldest first), so the rows are compared by worker.
+    expect(rows.slice(1).map((r) => r.split(/\s+/).slice(1, 5)).sort((x, y) => x[2]!.localeCompare(y[2]!))).toEqual([
       ['pending', taskId, 'no-2', 'calculate'],
+      ['pending', taskId, 'yes-1', 'calculate'],
     ]);
     const listed = JSON.parse((await cadre(['-w', ws, '--json', 'approvals', 'list', '--task', taskId])).stdout) as { approvals: { approval_id: string; worker_id: string }[] };
     const idOf = (worker: string): string => listed.approvals.find((a) => a.worker_id === worker)!.approval_id;
