@@ -2,7 +2,8 @@
 // and bytes allocated on V8's heap (the probe with BENCH_ALLOC=1) per request, GCs per 1,000 requests, and Redis's
 // CPU and commands per heartbeat; the bare fixed-JSON route of heartbeat.bench.ts beside it. A fixed number of
 // requests per sample (closed loop, a fixed number in flight), from this process over keep-alive HTTP/1.1; samples
-// alternate gateway, route, gateway, route... Not a bench: nothing is recorded, latency is not measured.
+// alternate gateway, route, route+redis (the route making one EVALSHA first, as in heartbeat.bench.ts), gateway, ...
+// Not a bench: nothing is recorded, latency is not measured.
 //
 //   npm exec -- node bench/heartbeat-cost.ts                  # 3 rounds of 10,000 heartbeats, 16 in flight
 //   BENCH_ROUNDS=5 BENCH_REQUESTS=20000 npm exec -- node bench/heartbeat-cost.ts
@@ -59,10 +60,14 @@ const redis = await startPrivateRedis();
 const stats = new RedisStats(redis.url);
 const gateway = await spawnGateway({ REDIS_URL: redis.gatewayUrl, RUNS_API_KEY: RUNS_KEY, RUNS_MAX_ACTIVE_PER_WORKSPACE: '1000', RUNS_WORKER_TTL_MS: '60000', BENCH_ALLOC: '1' }, process.argv.slice(2));
 const fixed = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('fixed-json')], env: { BENCH_ALLOC: '1' } });
+const routeRedis = spawnNode('bench/support/fixed-json-server.ts', { nodeArgs: ['--import', PROBE, ...profileArgs('route-redis')], env: { BENCH_ALLOC: '1' }, args: [JSON.stringify({ redisUrl: redis.gatewayUrl })] });
 try {
   const fixedPort = (await fixed.next<Message & { port: number }>('listening')).port;
-  const servers: Record<string, { port: number; proc: NodeChild }> = { cadre: { port: gateway.port, proc: gateway.child }, fixed_json: { port: fixedPort, proc: fixed } };
-  // Warm both up (JIT, connections, every agent's worker record).
+  const routeRedisPort = (await routeRedis.next<Message & { port: number }>('listening')).port;
+  const servers: Record<string, { port: number; proc: NodeChild }> = {
+    cadre: { port: gateway.port, proc: gateway.child }, fixed_json: { port: fixedPort, proc: fixed }, route_redis: { port: routeRedisPort, proc: routeRedis },
+  };
+  // Warm every side up (JIT, connections, every agent's worker record).
   for (const s of Object.values(servers)) await send(s.port, Math.max(5_000, AGENTS * 4));
 
   const side = (name: string) => async (): Promise<Cost> => {
@@ -81,13 +86,13 @@ try {
       gc_ms_per_1k: round((probe.gc.total_ms * 1000) / REQUESTS, 1),
       longest_gc_ms: probe.gc.max_ms,
     };
-    if (name === 'cadre') {
+    if (name !== 'fixed_json') {
       out.redis_cpu_us = round((((await stats.cpuSeconds()) - redisCpu) * 1e6) / REQUESTS, 1);
       out.redis_commands = round(totalCalls(await stats.counts()) / REQUESTS, 2);
     }
     return out;
   };
-  const samples = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json') });
+  const samples = await alternate(ROUNDS, { cadre: side('cadre'), fixed_json: side('fixed_json'), route_redis: side('route_redis') });
   printTable(`Per heartbeat: ${REQUESTS} requests per sample, ${IN_FLIGHT} in flight, ${AGENTS} agents in ${WORKSPACES} workspaces`, [
     ['round', 'target', 'cpu µs', 'alloc KB', 'GCs /1k', 'GC ms /1k', 'longest GC ms', 'redis cpu µs', 'redis cmds', 'load (1/5/15 min)', 'box busy'],
     ...samples.map((s) => [s.round, s.side, s.cpu_us, s.alloc_kb, s.gcs_per_1k, s.gc_ms_per_1k, s.longest_gc_ms, s.redis_cpu_us ?? '-', s.redis_commands ?? '-', s.load.loadavg.join('/'), s.machine_busy]),
@@ -100,6 +105,7 @@ try {
 } finally {
   agent.destroy();
   await fixed.stop();
+  await routeRedis.stop();
   await gateway.stop();
   await stats.close();
   await redis.stop();
