@@ -2,7 +2,9 @@
 // `openai` → coalesced log writes → fan-out → gRPC) against the stream read directly with the `openai` package,
 // at 1 and at 100 concurrent sessions. Per turn: the first text delta after the message was sent, and each model
 // chunk's lag (its arrival minus the time the model's chunk_delay pacing scheduled it at; a chunk held back by
-// delta coalescing shows its wait). Redis commands and scripts per Cadre turn come from INFO commandstats of the
+// delta coalescing shows its wait), and — the start-up left out — each later chunk's relay lag: its arrival after the
+// turn's first delta minus the pacing since then (what a delta waits in transit once the stream has begun; the first
+// delta's wait is the first-delta figure). Redis commands and scripts per Cadre turn come from INFO commandstats of the
 // gateway's own redis-server; CPU time per Cadre turn of the gateway, the worker and that Redis from /proc (the
 // figures load moves least). Gateway, worker pool, scripted model and both clients (bench/load/stream-client.ts)
 // are processes of their own; rounds alternate raw, cadre. Each Cadre round's first deltas are split into steps
@@ -36,6 +38,8 @@ interface Figures {
   turns: number;
   first_delta: LatencySummary;
   chunk_lag: LatencySummary;
+  /** Chunks after a turn's first delta: their lag after it (see stream-client.ts, TurnLags). */
+  relay_lag: LatencySummary;
   deltas_per_turn: number;
   redis_commands_per_turn?: number;
   redis_scripts_per_turn?: number;
@@ -60,12 +64,13 @@ async function main(): Promise<void> {
       const cpuBefore = cpu();
       const done = await profiledWindow(`streaming ${withRedis ? 'cadre' : 'raw'} ${sessions}`, () => {
         side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS });
-        return side.next<Message & { first: string; lags: string; turns: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
+        return side.next<Message & { first: string; lags: string; relay_lags: string; turns: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
       });
       const cpuUsed = cpu().map((s, i) => round(((s - cpuBefore[i]!) * 1000) / done.turns, 2));
       const first = base64ToF64(done.first);
       const figures: Figures = {
-        sessions, turns: done.turns, first_delta: summarize(first), chunk_lag: summarize(base64ToF64(done.lags)), deltas_per_turn: round(done.deltas / done.turns, 1),
+        sessions, turns: done.turns, first_delta: summarize(first), chunk_lag: summarize(base64ToF64(done.lags)),
+        relay_lag: summarize(base64ToF64(done.relay_lags)), deltas_per_turn: round(done.deltas / done.turns, 1),
       };
       if (withRedis) {
         const calls = await stats.counts();
@@ -85,9 +90,9 @@ async function main(): Promise<void> {
       progress(`${sessions} concurrent session(s)`);
       samples.push(...(await alternate(ROUNDS, { raw: () => run(raw, sessions, false), cadre: () => run(cadre, sessions, true) })));
     }
-    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'cpu ms/turn gw', 'worker', 'redis', 'load']];
+    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'relay lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'cpu ms/turn gw', 'worker', 'redis', 'load']];
     for (const s of samples) {
-      rows.push([s.sessions, s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.cpu_ms_per_turn?.gateway ?? '—', s.cpu_ms_per_turn?.worker ?? '—', s.cpu_ms_per_turn?.redis ?? '—', s.load.loadavg[0]!]);
+      rows.push([s.sessions, s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.relay_lag.p50_ms, s.relay_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.cpu_ms_per_turn?.gateway ?? '—', s.cpu_ms_per_turn?.worker ?? '—', s.cpu_ms_per_turn?.redis ?? '—', s.load.loadavg[0]!]);
     }
     printTable(`Streaming: StreamSession vs the same stream read with openai (${PROMPT.length} chars, chunk_delay ${CHUNK_DELAY_MS} ms)`, rows);
     const added: Record<string, unknown> = {};
@@ -95,10 +100,11 @@ async function main(): Promise<void> {
       const pairs = Array.from({ length: ROUNDS }, (_, i) => {
         const r = samples.find((s) => s.sessions === sessions && s.round === i + 1 && s.side === 'raw')!;
         const c = samples.find((s) => s.sessions === sessions && s.round === i + 1 && s.side === 'cadre')!;
-        return { first_p50: c.first_delta.p50_ms - r.first_delta.p50_ms, lag_p99: c.chunk_lag.p99_ms - r.chunk_lag.p99_ms };
+        return { first_p50: c.first_delta.p50_ms - r.first_delta.p50_ms, lag_p99: c.chunk_lag.p99_ms - r.chunk_lag.p99_ms, relay_p99: c.relay_lag.p99_ms - r.relay_lag.p99_ms };
       });
       added[`at_${sessions}`] = pairs;
       note(`${sessions} session(s): added first-delta p50 ${range(pairs.map((p) => p.first_p50))} ms (goal ≤ 5), added chunk-lag p99 ${range(pairs.map((p) => p.lag_p99))} ms (goal ≤ 10 at 100); median ${round(median(pairs.map((p) => p.first_p50)), 1)} / ${round(median(pairs.map((p) => p.lag_p99)), 1)}`);
+      note(`  per delta after the first (relay lag, the start-up left out): added p99 ${range(pairs.map((p) => p.relay_p99))} ms; median ${round(median(pairs.map((p) => p.relay_p99)), 1)}`);
     }
     const split = samples.filter((s) => s.first_delta_split);
     const rawOf = (c: Sample<Figures>): Sample<Figures> => samples.find((s) => s.side === 'raw' && s.sessions === c.sessions && s.round === c.round)!;

@@ -3,7 +3,7 @@
 // N /ws sockets (the WindieOS protocol), each sending `turns` queries on its own conversation_ref and reading its
 // streaming-response messages up to streaming-complete. mode raw: the same
 // N × turns model streams read directly with the `openai` package from the scripted model. Each text delta's
-// arrival is stamped here; the chunks it covers give its lag (see chunkLags). In mode cadre each turn's send and
+// arrival is stamped here; the chunks it covers give its lags (see TurnLags). In mode cadre each turn's send and
 // first delta are also stamped on the wall clock (ms, the clock BullMQ's job records and the session log use) with
 // its session id, so the bench can split the first delta's time by what Redis recorded (streaming.bench.ts).
 import OpenAI from 'openai';
@@ -26,16 +26,43 @@ interface Run {
 /** Words the scripted model streams per chunk (libs/scripted-model README: "in groups of three words"). */
 const WORDS_PER_CHUNK = 3;
 
-/**
- * One text delta arriving `at` ms after the message was sent, after `before` words of the answer had arrived:
- * the model chunks it carries (by word count, the same on both sides) and each chunk's lag, its arrival minus
- * the time the model's pacing (chunk_delay) scheduled it at. Coalescing shows as lag on all but a frame's last chunk.
- */
-function chunkLags(before: string, text: string, at: number, chunkDelayMs: number, out: number[]): void {
+/** The model chunks a text delta carries, by word count (the same on both sides): [first, end). */
+function chunksOf(before: string, text: string): [first: number, end: number] {
   const words = (s: string): number => s.split(/\s+/).filter(Boolean).length;
   const first = Math.floor(words(before) / WORDS_PER_CHUNK);
-  const last = Math.ceil(words(before + text) / WORDS_PER_CHUNK);
-  for (let chunk = first; chunk < Math.max(last, first + 1); chunk++) out.push(at - chunk * chunkDelayMs);
+  return [first, Math.max(Math.ceil(words(before + text) / WORDS_PER_CHUNK), first + 1)];
+}
+
+/**
+ * A turn's chunk lags, two ways. `fromSend`: each chunk's arrival (ms after the message was sent) minus the time the
+ * model's pacing (chunk_delay) scheduled it at, so the turn's start-up (the first delta's wait) is in every chunk's
+ * lag. `relay`: for chunks after the first delta, the arrival after the first delta minus the pacing since the first
+ * delta's last chunk: what each later delta waits in transit once the stream has begun (its start-up is the first
+ * delta's own figure). Coalescing shows as lag on all but a frame's last chunk, in both.
+ */
+class TurnLags {
+  private firstAt = -1;
+  private firstEnd = 0;
+  private readonly chunkDelayMs: number;
+  private readonly fromSend: number[];
+  private readonly relay: number[];
+
+  constructor(chunkDelayMs: number, fromSend: number[], relay: number[]) {
+    this.chunkDelayMs = chunkDelayMs;
+    this.fromSend = fromSend;
+    this.relay = relay;
+  }
+
+  delta(before: string, text: string, at: number): void {
+    const [first, end] = chunksOf(before, text);
+    for (let chunk = first; chunk < end; chunk++) this.fromSend.push(at - chunk * this.chunkDelayMs);
+    if (this.firstAt < 0) {
+      this.firstAt = at;
+      this.firstEnd = end;
+      return;
+    }
+    for (let chunk = first; chunk < end; chunk++) this.relay.push(at - this.firstAt - (chunk - (this.firstEnd - 1)) * this.chunkDelayMs);
+  }
 }
 
 type Turn = (prompt: string, onText: (text: string) => void) => Promise<void>;
@@ -113,12 +140,14 @@ for await (const cmd of commands<Run & { cmd: string }>()) {
   const sessions = await Promise.all(Array.from({ length: cmd.sessions }, () => openSession()));
   const first: number[] = [];
   const lags: number[] = [];
+  const relayLags: number[] = [];
   const stamps: TurnStamp[] = [];
   let deltas = 0;
   const started = performance.now();
   await Promise.all(sessions.map(async (s) => {
     for (let t = 0; t < cmd.turns; t++) {
       let text = '';
+      const turnLags = new TurnLags(cmd.chunkDelayMs, lags, relayLags);
       const t0 = performance.now();
       const sentMs = wallMs();
       await s.turn(cmd.prompt, (delta) => {
@@ -128,13 +157,13 @@ for await (const cmd of commands<Run & { cmd: string }>()) {
           if (s.id) stamps.push({ session: s.id, turn: t + 1, sent_ms: sentMs, first_ms: sentMs + at });
         }
         deltas++;
-        chunkLags(text, delta, at, cmd.chunkDelayMs, lags);
+        turnLags.delta(text, delta, at);
         text += delta;
       });
     }
   }));
   const seconds = (performance.now() - started) / 1000;
   for (const s of sessions) s.close();
-  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), turns: cmd.sessions * cmd.turns, deltas, seconds, ...(stamps.length > 0 && { stamps }) });
+  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), relay_lags: f64ToBase64(Float64Array.from(relayLags)), turns: cmd.sessions * cmd.turns, deltas, seconds, ...(stamps.length > 0 && { stamps }) });
 }
 process.exit(0);
