@@ -102,6 +102,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       workspaceRules: async (workspaceId) => (await approvals.getPolicy(workspaceId)).rules,
       observer: agentObserver,
       turns: sessionTurns,
+      logger,
     }),
     cancels,
     store: sessionStore,

@@ -1,12 +1,13 @@
 import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
 import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
-import { inSpan, savedTrace } from '@cadre/observability';
+import { inSpan, savedTrace, type Logger } from '@cadre/observability';
 import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
+import { keepSessionAlive } from './keep-alive.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
 import { SteerWatch } from './steer-watch.ts';
@@ -33,6 +34,8 @@ export interface TurnRunnerDeps {
   observer?: AgentObserver;
   /** Hears of every turn this runner ends and every parked turn it resumes: the worker's session metrics. */
   turns?: TurnObserver;
+  /** Where a failed keep-alive of a running turn's session is told (once per job run). */
+  logger?: Logger;
 }
 
 /** A session turn's end (its stop reason; seconds since the user message, when known) and a parked turn's resume. */
@@ -65,11 +68,12 @@ const ZERO: TokenUsage = { prompt_tokens: 0, completion_tokens: 0, total_tokens:
  * is free; the last ToolResult (or a deadline job) enqueues the continuation.
  */
 export class TurnRunner {
-  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'observer' | 'turns'>>;
+  private readonly deps: Required<Omit<TurnRunnerDeps, 'watchSteering' | 'workspaceRules' | 'observer' | 'turns' | 'logger'>>;
   private readonly watchSteering: TurnRunnerDeps['watchSteering'];
   private readonly workspaceRules: NonNullable<TurnRunnerDeps['workspaceRules']>;
   private readonly observer: TurnRunnerDeps['observer'];
   private readonly turns: TurnRunnerDeps['turns'];
+  private readonly logger: TurnRunnerDeps['logger'];
 
   constructor(deps: TurnRunnerDeps) {
     this.deps = { maxModelCalls: 16, defaultToolTimeoutMs: 120_000, ...deps };
@@ -77,6 +81,7 @@ export class TurnRunner {
     this.workspaceRules = deps.workspaceRules ?? (() => Promise.resolve([]));
     this.observer = deps.observer;
     this.turns = deps.turns;
+    this.logger = deps.logger;
   }
 
   /**
@@ -98,11 +103,19 @@ export class TurnRunner {
     return null;
   }
 
-  /** Runs the claimed turn until it finishes or parks. */
+  /**
+   * Runs the claimed turn until it finishes or parks, keeping its session's keys alive meanwhile (keep-alive.ts),
+   * so neither a turn longer than the idle TTL nor one step of it loses them.
+   */
   async run(turn: ClaimedTurn, signal: AbortSignal): Promise<TurnRunOutcome> {
+    const { sessionId, lease, state } = turn;
+    const stopKeepingAlive = state?.status === 'running'
+      ? keepSessionAlive({ store: this.deps.store, sessionId, lease, aliveFrom: state.alive_from, idleTtlSec: state.idle_ttl_sec, logger: this.logger })
+      : undefined;
     try {
       return await this.runSteps(turn, signal);
     } finally {
+      stopKeepingAlive?.();
       turn.steering?.close();
     }
   }
@@ -117,10 +130,6 @@ export class TurnRunner {
       const state = loaded === undefined ? await store.loadTurn(sessionId) : loaded;
       loaded = undefined;
       if (!state || state.status !== 'running') return 'stale';
-      // A boundary: once half the idle TTL has passed since the session's keys last got their expiry, they get the
-      // idle TTL from now, so a turn that runs longer than the TTL keeps its session (each step has at least half
-      // of it). A check on the state just loaded: no Redis work unless due, none at all per text delta.
-      if (Date.now() - state.alive_from > state.idle_ttl_sec * 500) await store.keepSessionAlive(sessionId, lease);
       const step = nextStep(state);
       switch (step.kind) {
         case 'model': {
