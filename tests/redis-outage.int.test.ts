@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { LOOP_STOPPED_REDIS_UNAVAILABLE } from '../apps/worker/src/processors/hand-back.ts';
 import { assertContiguous, httpClient, pollUntilTerminal, startRestartableRedis, waitForEvent, waitUntil, type RestartableRedis } from '@cadre/testing';
 import { Scrape } from './support/prometheus.ts';
 import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
@@ -21,7 +22,7 @@ let stack: TestStack | undefined;
 let redis: RestartableRedis | undefined;
 let redisDown = false;
 /** The worker pool's log from warn up, line by line (what an operator reads). */
-let workerLog: Array<{ msg: string; workerId?: string; err?: { message?: string } }> = [];
+let workerLog: Array<{ msg: string; event?: string; workerId?: string; err?: { message?: string } }> = [];
 
 afterEach(async () => {
   // The gateway and the other closes need a Redis to say goodbye to.
@@ -67,7 +68,7 @@ async function failover(refusing: () => void, refused: () => Promise<unknown>): 
 /** Resolves once the worker pool logged a loop (the one `whose` picks) stopped by a write refused with READONLY. */
 function stoppedOnRefusedWrite(whose: (line: (typeof workerLog)[number]) => boolean): Promise<unknown> {
   return waitUntil('a loop to stop on a refused write', () =>
-    workerLog.some((line) => line.msg === 'loop stopped: Redis unavailable' && line.err?.message?.startsWith('READONLY') && whose(line)));
+    workerLog.some((line) => line.event === LOOP_STOPPED_REDIS_UNAVAILABLE && line.err?.message?.startsWith('READONLY') && whose(line)));
 }
 
 async function createTask(workers: object[]): Promise<string> {

@@ -52,6 +52,9 @@ export async function handJobBack<D>(job: Job<D>, lease: string, how: HandBack<D
   throw new WaitingError();
 }
 
+/** The `event` field of the log line a loop stopped by a Redis outage writes (rideOutOutage). */
+export const LOOP_STOPPED_REDIS_UNAVAILABLE = 'loop_stopped_redis_unavailable';
+
 /** Why a running job went back to the queue: the drain deadline passed, or a write found Redis unavailable. */
 export type HandBackReason = 'worker_shutdown' | 'redis_unavailable';
 
@@ -85,7 +88,8 @@ export interface OutageRide {
 export async function rideOutOutage<D extends { outages?: number }>(job: Job<D>, lease: string, ride: OutageRide): Promise<never> {
   const outages = (job.data.outages ?? 0) + 1;
   const message = `Redis was unavailable${ride.where ? ` ${ride.where}` : ''} (${ride.err.message.split('\n')[0]}); outage ${outages} of at most ${ride.maxAttempts}`;
-  ride.log.warn({ err: ride.err, outages }, 'loop stopped: Redis unavailable');
+  // `event` is what tools (and the outage tests) match on; the message is for people and may be reworded.
+  ride.log.warn({ event: LOOP_STOPPED_REDIS_UNAVAILABLE, err: ride.err, outages }, 'loop stopped: Redis unavailable');
   if (outages < ride.maxAttempts) {
     const data = { outages } as Partial<D>;
     return handJobBack(job, lease, { record: () => ride.release(message), data, waitMs: ride.waitMs, signal: ride.signal, log: ride.log, onHandedBack: ride.onHandedBack });
