@@ -1,6 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runsCall, waitUntil } from '@cadre/testing';
-import { KeyBuilder, type RedisClient } from '@cadre/store';
+import { KeyBuilder } from '@cadre/store';
 import { connectGatewayRedis } from '../apps/gateway/src/redis-connections.ts';
 import { TestStack } from './support/stack.ts';
 
@@ -211,24 +212,27 @@ describe('runs API: the original contract', () => {
     }
   });
 
-  it('writes each heartbeat to that connection at once: it is not autopipelined as the gateway\'s command connection is', async () => {
-    // The connections as startGateway opens them. Whether two commands issued in one turn of the event loop go out
-    // in one write is decided in the client, and no Redis statistic tells (a busy server reads separate writes in
-    // one go too), so the test asks the client: an autopipelining one holds them for the turn's end, counted in its
-    // autoPipelineQueueSize; one without writes each as it is issued.
+  it('writes each heartbeat to Redis as it is issued: the heartbeat connection does not hold it for the event loop turn\'s end, as the gateway\'s autopipelined command connection does', async () => {
+    // The connections as startGateway opens them. Both get a command in one turn of the event loop, and that turn
+    // does not end until Redis has run the heartbeat connection's: a synchronous redis-cli asks for it meanwhile.
+    // An autopipelined connection writes its command only when the turn ends, so the other key is still missing then.
     const connections = connectGatewayRedis(stack.redis.target, () => undefined);
+    const [held, sent] = ['held', 'sent'].map((name) => `{hb-probe}${name}-${process.pid}-${Date.now()}`) as [string, string];
     try {
       const { commands, heartbeats } = connections;
-      await Promise.all([commands.ping(), heartbeats.ping()]); // connected: a Cluster client knows its slots
-      const heldForOneWrite = async (client: RedisClient): Promise<number> => {
-        // Two heartbeats' worth of commands in one turn, as two VM agents' heartbeats arriving together would be.
-        const replies = [client.exists('{hb-probe}a'), client.exists('{hb-probe}b')];
-        const held = client.autoPipelineQueueSize;
-        await Promise.all(replies);
-        return held;
-      };
-      expect(await heldForOneWrite(commands)).toBe(2); // the probe sees autopipelining where it is on
-      expect(await heldForOneWrite(heartbeats)).toBe(0);
+      // Connected to the keys' node (a Cluster client connects to a node on its first command there).
+      expect(await Promise.all([commands.exists(held), heartbeats.exists(sent)])).toEqual([0, 0]);
+      const replies = Promise.all([commands.set(held, '1', 'PX', 60_000), heartbeats.set(sent, '1', 'PX', 60_000)]);
+      replies.catch(() => undefined); // a failed probe throws before awaiting them, and its close rejects them
+      const exists = (key: string): boolean => execFileSync('redis-cli', ['-c', '-u', stack.redis.url, 'EXISTS', key], { encoding: 'utf8' }).trim() === '1';
+      const giveUpAt = Date.now() + 10_000;
+      while (!exists(sent)) {
+        if (Date.now() > giveUpAt) throw new Error('the heartbeat connection\'s command did not reach Redis within its event loop turn');
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20); // between polls, still within the turn
+      }
+      expect(exists(held)).toBe(false); // the probe sees the holding where autopipelining is on
+      await replies;
+      expect(exists(held)).toBe(true);
     } finally {
       await Promise.all(Object.values(connections).map((c) => c.quit().catch(() => undefined)));
     }
