@@ -25,6 +25,8 @@ export interface KeepAliveTarget {
  * attempt) or a vanished session stops it; the turn's own next write says so. Returns the stop, for the run's end.
  */
 export function keepSessionAlive({ store, sessionId, lease, aliveFrom, idleTtlSec, logger }: KeepAliveTarget): () => void {
+  // A session without an idle TTL has no keys to lose (and a zero period would spin).
+  if (!(idleTtlSec > 0)) return () => undefined;
   const everyMs = (idleTtlSec * 1000) / 3;
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
