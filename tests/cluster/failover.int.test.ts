@@ -29,30 +29,27 @@ afterEach(async () => {
 interface Watched {
   events: TeamEventProto[];
   resumes: number;
-  /** Stops watching (a task Redis lost: nothing tells its watch, which would wait for ever). */
-  abandon?: () => void;
-  /** Set when a resume was refused (a cursor past the log's end: the log lost events the watcher had seen). */
-  refused?: string;
+  /**
+   * Set when the watch ended without its task's end: a resume refused (a cursor past the log's end: the log lost
+   * events the watcher had seen), or NOT_FOUND (a task Redis lost: the watch open at the loss ends so too).
+   */
+  refused?: { code: number; details: string };
 }
 
 /**
  * Watches a task to its end over gRPC WatchTeam into `watched`, resuming after an error from the last seq it
- * received, as a client does; gives up when the gateway refuses the cursor itself, or once `watched.abandon()` is called.
+ * received, as a client does; gives up when the gateway refuses the cursor or says the task is gone.
  */
 async function watchToEnd(target: string, taskId: string, watched: Watched): Promise<Watched> {
   const client = grpcClient(target);
-  const abandoned = new Promise<null>((resolve) => (watched.abandon = () => resolve(null)));
   try {
     while (!watched.events.some((e) => TERMINAL.has(e.eventType))) {
       const afterSeq = watched.events.at(-1)?.seq ?? 0;
-      const answer = await Promise.race([watchTeam(client, { taskId, afterSeq }), abandoned]);
-      if (!answer) break;
-      const { events: more, status } = answer;
+      const { events: more, status } = await watchTeam(client, { taskId, afterSeq });
       watched.events.push(...more);
       if (TERMINAL.has(more.at(-1)?.eventType ?? '')) break;
-      // Refused: a cursor past the log's end, or a task the cluster no longer knows (status 5, NOT_FOUND).
-      if (/cursor/i.test(status.details ?? '') || status.code === 5) {
-        watched.refused = status.details;
+      if (/cursor/i.test(status.details ?? '') || status.code === GrpcStatus.NOT_FOUND) {
+        watched.refused = { code: status.code, details: status.details ?? '' };
         break;
       }
       watched.resumes++;
@@ -199,7 +196,7 @@ describe('Redis Cluster failover', () => {
   it('a master killed with writes in flight: every task the surviving cluster holds ends, each log contiguous; what the replica never got is measured', async () => {
     const cluster = await startTestCluster();
     // Killed as soon as the first task's workers run: the others are queued behind them or running.
-    const { taskIds, watches, watching } = await startTasks(cluster, BUSY_TASKS, 300, true);
+    const { taskIds, watches } = await startTasks(cluster, BUSY_TASKS, 300, true);
     const keys = new KeyBuilder(stack!.prefix);
     const victim = await cluster.masterOf(keys.task(taskIds[0]!).meta);
     const onVictim = new Set<string>();
@@ -214,7 +211,7 @@ describe('Redis Cluster failover', () => {
     const mayHaveLost = replicaBehindBytes > 0 ? onVictim : new Set<string>();
     const logs = await finalLogs(taskIds, cluster, `the replica was ${replicaBehindBytes} bytes behind at the kill`, mayHaveLost);
     const lost = taskIds.filter((id) => !logs.has(id));
-    for (const [i, id] of taskIds.entries()) if (!logs.has(id)) watching[i]!.abandon?.();
+    // A lost task's watch ends by itself (the gateway finds its log gone): none is left waiting.
     const watched = await Promise.all(watches);
     let forgotten = 0;
     /** Events each lost task's watcher had received before its task was gone. */
@@ -226,7 +223,8 @@ describe('Redis Cluster failover', () => {
     for (const [i, id] of taskIds.entries()) {
       const log = logs.get(id);
       if (!log) {
-        // Lost with the victim: everything its watcher was sent is gone too.
+        // Lost with the victim: its watcher was told so, and everything it was sent is gone too.
+        expect(watched[i]!.refused, `the watcher of lost task ${id}`).toMatchObject({ code: GrpcStatus.NOT_FOUND });
         forgotten += watched[i]!.events.length;
         lostSeen.push(watched[i]!.events.length);
         continue;
@@ -239,8 +237,8 @@ describe('Redis Cluster failover', () => {
     }
     process.stderr.write(`failover with writes in flight: ${running} of ${BUSY_TASKS} tasks running, ${near} appends within 250 ms of the kill; `
       + `replica ${replicaBehindBytes} bytes behind at the kill, took over in ${healedAt - killedAt} ms; `
-      + `tasks ${taskIds.map((id) => logs.get(id)?.at(-1)!.event_type.replace('task_', '') ?? 'LOST').join(',')} (${lost.length} lost with the victim, of ${onVictim.size} on its slots; their watchers had received ${lostSeen.join(',') || '-'} events); `
-      + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused: ${watched.filter((w) => w.refused).length}\n`);
+      + `tasks ${taskIds.map((id) => logs.get(id)?.at(-1)!.event_type.replace('task_', '') ?? 'LOST').join(',')} (${lost.length} lost with the victim, of ${onVictim.size} on its slots; their watchers had received ${lostSeen.join(',') || '-'} events, then NOT_FOUND); `
+      + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused on a cursor: ${watched.filter((w) => w.refused && w.refused.code !== GrpcStatus.NOT_FOUND).length}\n`);
   }, 180_000);
 });
 

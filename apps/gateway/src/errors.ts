@@ -124,7 +124,19 @@ export function toApiError(err: unknown): ApiError | undefined {
     }
   }
   if (err instanceof WatchClosedError) {
-    return new ApiError(err.code === 'watcher_overflow' ? 'resource_exhausted' : 'unavailable', err.message);
+    switch (err.code) {
+      case 'watcher_overflow':
+        return new ApiError('resource_exhausted', err.message);
+      case 'shutting_down':
+        return new ApiError('unavailable', err.message);
+      case 'log_gone':
+        // Not resumable: the task, session or run is gone, as a new watch of it would be told.
+        return new ApiError('not_found', err.message);
+      default: {
+        const never: never = err.code;
+        return never;
+      }
+    }
   }
   // Redis failing over (or out of reach): the request may succeed when retried, and nothing is known about what
   // it asked for, so neither a 500 nor a 404. The Redis error itself is not shown (it names nodes and keys).

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
-import { startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
+import { Redis } from 'ioredis';
+import { startRestartableRedis, startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { EventFanout, WatchClosedError, type LoggedEvent, type LogWatcher, type WatchableLog } from './event-fanout.ts';
 import { ApprovalStore, type ApprovalRecord } from './approval-store.ts';
 import { connectRedis } from './connect.ts';
@@ -399,6 +400,104 @@ describe('EventFanout', () => {
     expect(await nextSeqs(watcher, 1)).toEqual([4]);
     expect(fanout.tailReads - reads).toBe(1);
     await watcher.return();
+  });
+});
+
+describe('a watched log that vanishes', () => {
+  const sessions = () => new SessionStore({ redis, keys: store.keys });
+  const runs = () => new RunStore({ redis, keys: store.keys });
+  const newSession = () => sessions().createSession({ workspace_id: 'w', model: 'm', tools: [], transcript: [], project_context: [], system_context: '', max_context_tokens: 1000, approval_policy: [], stop_on_denial: false });
+  const newRun = async () => (await runs().createRun({ workspace_id: 'w', agent_id: null, query: 'q', requested_by: null, files: [], metadata: {} }, 10)).run;
+
+  it('ends every watcher of a task, session or run log whose keys are deleted with log_gone, on the next safety poll, and lets its tail go', async () => {
+    const polled = new EventFanout({ keys: store.keys, subscriber: connectRedis(server.target, 'fanout-test-sub', { shardedSubscriber: true }), safetyPollMs: 20 });
+    await polled.start();
+    try {
+      const taskId = await liveTask();
+      const session = await newSession();
+      const run = await newRun();
+      const cases: Array<{ log: WatchableLog<LoggedEvent>; keys: { meta: string; events: string } }> = [
+        { log: store.taskLog(taskId), keys: store.keys.task(taskId) },
+        { log: sessions().sessionLog(session.session_id), keys: store.keys.session(session.session_id) },
+        { log: runs().runLog(run.run_id, 'w'), keys: store.keys.run('w', run.run_id) },
+      ];
+      for (const { log, keys } of cases) {
+        const head = await log.head();
+        // One reader iterating, one piping: both are ended.
+        const iterated = await polled.watch(log, head);
+        const piped = await polled.watch(log, head);
+        const iterating = iterated.next();
+        const piping = piped.pipeTo(() => true, async () => undefined);
+        const reads = polled.tailReads;
+        await redis.del(keys.meta, keys.events);
+        for (const ending of [iterating, piping]) {
+          const error = await ending.then(() => 'ended without an error', (err: unknown) => err);
+          expect(error).toBeInstanceOf(WatchClosedError);
+          expect(error).toMatchObject({ code: 'log_gone', lastSeq: head, message: expect.stringContaining(log.id) });
+        }
+        // The poll in flight at the DEL may still have found the log; the one after it did not.
+        expect(polled.tailReads - reads).toBeLessThanOrEqual(2);
+        expect(polled.watcherCount()).toBe(0);
+        expect(polled.subscribedChannels()).toBe(0);
+        // A new watch of it is refused at once by its new tail's start, not left waiting either.
+        await expect(polled.watch(log, head)).rejects.toMatchObject({ code: 'log_gone' });
+        expect(polled.subscribedChannels()).toBe(0);
+      }
+    } finally {
+      await polled.close();
+    }
+  });
+
+  it("ends a watcher whose own catch-up read finds the log gone before its tail's safety poll has run", async () => {
+    const taskId = await liveTask();
+    const log = store.taskLog(taskId);
+    const head = await log.head();
+    // The first watcher starts the tail at the head; the second starts before it, so it reads the log itself.
+    const atHead = await fanout.watch(log, head);
+    const waiting = atHead.next();
+    await redis.del(store.keys.task(taskId).meta, store.keys.task(taskId).events);
+    const behind = await fanout.watch(log, 0);
+    await expect(behind.next()).rejects.toMatchObject({ code: 'log_gone', lastSeq: 0 });
+    // The tail (60 s between polls here) has not looked yet: the first watcher still waits, until it goes.
+    expect(fanout.watcherCount()).toBe(1);
+    await atHead.return();
+    expect(await waiting).toEqual({ done: true, value: undefined });
+  });
+
+  it('keeps the watchers of a log its tail cannot read because Redis is stopped, and delivers what follows once it is back', async () => {
+    const outage = await startRestartableRedis();
+    // Fails a command at once while Redis is away (the default queues it until it is back): each poll fails.
+    const failFast = new Redis(outage.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+    failFast.on('error', () => undefined);
+    await waitUntil('the store to connect', () => failFast.status === 'ready');
+    const tasks = new TaskStore({ redis: failFast, keys: new KeyBuilder('outage') });
+    const failures: string[] = [];
+    const logger = { warn: (_obj: object, msg: string) => void failures.push(msg), info: () => undefined };
+    const polled = new EventFanout({ keys: tasks.keys, subscriber: connectRedis(outage.target, 'fanout-outage-sub', { shardedSubscriber: true }), safetyPollMs: 20, logger });
+    await polled.start();
+    try {
+      const team = { lead: { instructions: 'l' }, workers: [], max_workers: 1 };
+      const { task } = await tasks.createTask({ workspace_id: 'w', goal: 'g', team, metadata: {} });
+      await tasks.claimWorker(task.task_id, 'lead', 'lease', 'host');
+      const log = tasks.taskLog(task.task_id);
+      const head = await log.head();
+      const watcher = await polled.watch(log, head);
+      const next = watcher.next();
+      outage.kill();
+      const reads = polled.tailReads;
+      // Several polls that found no Redis at all (not a Redis that said the log is missing).
+      await until(() => polled.tailReads >= reads + 5 && failures.length > 0);
+      expect(polled.watcherCount()).toBe(1);
+      await outage.restart();
+      await waitUntil('the store to reconnect', () => failFast.status === 'ready');
+      await tasks.appendWorkerEvent(task.task_id, 'lead', 'lease', 'worker_phase', { phase: 'thinking', mode: 'react', turn: 1 });
+      expect(await next).toMatchObject({ done: false, value: { seq: head + 1 } });
+      await watcher.return();
+    } finally {
+      await polled.close();
+      failFast.disconnect();
+      await outage.stop();
+    }
   });
 });
 

@@ -28,25 +28,28 @@ export interface WatchableLog<E extends LoggedEvent> {
   head(): Promise<number>;
   /**
    * The last seq appended and the events after `afterSeq` (at most `limit`), in one round trip, without
-   * existence or retention checks: a new tail's start, which also gives its first watcher its catch-up.
+   * retention checks; null when the log is gone (its meta key does not exist). A new tail's start, which also gives
+   * its first watcher its catch-up, and the tail's safety poll, which so finds a log that vanished (expired,
+   * evicted, lost in a failover) and ends its watchers. A log without it is never found gone by its tail.
    */
-  headAndPage?(afterSeq: number, limit: number): Promise<{ head: number; events: E[] }>;
+  headAndPage?(afterSeq: number, limit: number): Promise<{ head: number; events: E[] } | null>;
   /** The event after which readers are done. */
   isTerminal(event: E): boolean;
 }
 
 /**
- * `headAndPage` for a log kept as a meta hash (field `seq`) and a stream with entry ids `<seq>-0`: both read in
- * one MULTI (the two keys share the log's slot).
+ * `headAndPage` for a log kept as a meta hash (field `seq`, written when the log is created) and a stream with
+ * entry ids `<seq>-0`: both read in one MULTI (the two keys share the log's slot). No `seq` means no meta hash.
  */
 export async function readHeadAndPage<E extends LoggedEvent>(
   redis: RedisClient, metaKey: string, eventsKey: string, decode: (entry: StreamEntry) => E, afterSeq: number, limit: number,
-): Promise<{ head: number; events: E[] }> {
+): Promise<{ head: number; events: E[] } | null> {
   const replies = await redis.multi().hget(metaKey, 'seq').xrange(eventsKey, `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
   const [[seqErr, seq], [rangeErr, entries]] = replies as [[Error | null, string | null], [Error | null, StreamEntry[]]];
   if (seqErr) throw seqErr;
   if (rangeErr) throw rangeErr;
-  return { head: Number(seq ?? 0), events: entries.map(decode) };
+  if (seq === null) return null;
+  return { head: Number(seq), events: entries.map(decode) };
 }
 
 /**
@@ -102,9 +105,17 @@ export interface FanoutLogger {
 /** What every stream a draining gateway ends says: its watchers here, and the gateway's gRPC and /ws edges. */
 export const GATEWAY_SHUTTING_DOWN = 'gateway is shutting down';
 
-/** Why a watch ended early; every code is resumable from `lastSeq`. */
+/** A watch of a log that no longer exists ends with this; the edges answer it as not found. */
+function logGone(log: { id: string }, lastSeq: number): WatchClosedError {
+  return new WatchClosedError('log_gone', lastSeq, `the event log ${log.id} no longer exists (expired, evicted by retention, or lost in a Redis failover); it cannot be resumed`);
+}
+
+/**
+ * Why a watch ended early. `watcher_overflow` and `shutting_down` are resumable from `lastSeq`; `log_gone` is not:
+ * the log no longer exists (its keys expired, were evicted by retention, or were lost in a Redis failover).
+ */
 export class WatchClosedError extends Error {
-  readonly code: 'watcher_overflow' | 'shutting_down';
+  readonly code: 'watcher_overflow' | 'shutting_down' | 'log_gone';
   readonly lastSeq: number;
   constructor(code: WatchClosedError['code'], lastSeq: number, message: string) {
     super(message);
@@ -233,6 +244,8 @@ export class EventFanout {
       if (this.tails.get(log.id) === tail) this.tails.delete(log.id);
       throw err;
     }
+    // The log vanished after the caller checked it (the tail's start or poll found no meta key): nothing to wait for.
+    if (tail.gone) throw logGone(log, afterSeq);
     const owner = tail;
     const watcher: LogWatcher<E> = new LogWatcher<E>(log, afterSeq, tail.head, this.bufferLimit, this.pageSize, () => owner.remove(watcher), this.onLateDelivery, tail.recentAfter(afterSeq));
     tail.watchers.add(watcher);
@@ -268,6 +281,10 @@ class LogTail<E extends LoggedEvent> {
   get head(): number {
     return this.cursor;
   }
+  /** The log is gone: a watch of it ends at once (`log_gone`). */
+  get gone(): boolean {
+    return this.vanished;
+  }
   private cursor = 0;
   /** The events this tail read last, contiguous: every event with seq in (recentFrom, recentFrom + recent.length]. */
   private recent: E[] = [];
@@ -277,6 +294,10 @@ class LogTail<E extends LoggedEvent> {
   private scheduled = false;
   private again = false;
   private ended = false;
+  /** The log's meta key was found missing: every watcher was ended with `log_gone` and no new one may join. */
+  private vanished = false;
+  /** The safety poll is due: the next read also asks whether the log still exists. */
+  private pollDue = false;
   private poll: NodeJS.Timeout | undefined;
   /** Reads failed in a row: the first is logged, the rest are the same outage until a read succeeds. */
   private failedReads = 0;
@@ -291,13 +312,14 @@ class LogTail<E extends LoggedEvent> {
     this.onEmpty = onEmpty;
     this.ready = fanout.join(log.channel).then(async () => {
       fanout.countTailRead();
-      let start: { head: number; events: E[] };
+      let start: { head: number; events: E[] } | null;
       try {
         start = log.headAndPage ? await log.headAndPage(firstAfterSeq, fanout.pageSize) : { head: await log.head(), events: [] };
       } catch (err) {
         fanout.leave(log.channel);
         throw err;
       }
+      if (!start) return this.vanish();
       this.recentFrom = firstAfterSeq;
       for (const event of start.events) this.remember(event);
       this.cursor = start.head;
@@ -353,10 +375,21 @@ class LogTail<E extends LoggedEvent> {
     try {
       do {
         this.again = false;
+        // Only the safety poll asks whether the log still exists: reads caused by appends stay one XRANGE.
+        let checkExists = this.pollDue && this.log.headAndPage !== undefined;
+        this.pollDue = false;
         let page: E[];
         do {
           this.fanout.countTailRead();
-          page = (await (this.log.readLive ?? this.log.read).call(this.log, this.cursor, this.fanout.pageSize)) ?? [];
+          if (checkExists) {
+            checkExists = false;
+            const found = await this.log.headAndPage!(this.cursor, this.fanout.pageSize);
+            // Redis answered that the log's meta key does not exist (a failed read throws instead and ends nobody).
+            if (!found) return this.vanish();
+            page = found.events;
+          } else {
+            page = (await (this.log.readLive ?? this.log.read).call(this.log, this.cursor, this.fanout.pageSize)) ?? [];
+          }
           for (const event of page) this.deliver(event);
         } while (page.length === this.fanout.pageSize);
       } while (this.again && !this.ended);
@@ -412,6 +445,7 @@ class LogTail<E extends LoggedEvent> {
   private schedulePoll(): void {
     if (this.ended) return;
     this.poll = setTimeout(() => {
+      this.pollDue = true;
       this.wake(Infinity);
       this.schedulePoll();
     }, this.fanout.pollMs);
@@ -424,6 +458,21 @@ class LogTail<E extends LoggedEvent> {
       clearTimeout(this.poll);
       this.onEmpty();
     }
+  }
+
+  /**
+   * The log no longer exists (it expired, was evicted, or was lost in a failover): nothing more will be appended,
+   * so every watcher ends now with `log_gone` rather than wait for ever, and the tail goes.
+   */
+  private vanish(): void {
+    this.vanished = true;
+    this.ended = true;
+    clearTimeout(this.poll);
+    const watchers = [...this.watchers];
+    if (watchers.length > 0) this.fanout.logger?.info({ logId: this.log.id, cursor: this.cursor, watchers: watchers.length }, 'event log is gone; its watchers end (log_gone)');
+    // Each failed watcher unregisters, and the last one's leaving lets the tail go; a tail found gone at its start has none.
+    for (const w of watchers) w.fail(logGone(this.log, w.lastSeq));
+    if (watchers.length === 0) this.onEmpty();
   }
 
   closeAll(): void {
@@ -522,7 +571,7 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
   private readonly failureListeners = new Set<(error: Error) => void>();
 
   /**
-   * Calls `listener` if the watch is closed early (overflow, shutdown) — also while its reader is blocked
+   * Calls `listener` if the watch is closed early (overflow, shutdown, its log gone) — also while its reader is blocked
    * elsewhere, e.g. waiting for a slow client's `drain`. Returns a function that removes the listener.
    */
   onFailure(listener: (error: Error) => void): () => void {
@@ -563,8 +612,9 @@ export class LogWatcher<E extends LoggedEvent> implements AsyncIterableIterator<
           throw err;
         }
         if (!page) {
+          // The log vanished before the tail's next safety poll found it out: the watch ends the same way.
           this.finish();
-          return { done: true, value: undefined };
+          throw logGone(this.log, this.lastSeq);
         }
         this.page = page;
         // A full page may have more behind it. Appends are atomic, so the log always has what the tail pushed;

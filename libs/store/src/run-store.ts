@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.ts';
-import type { WatchableLog } from './event-fanout.ts';
+import { readHeadAndPage, type WatchableLog } from './event-fanout.ts';
 import { approvalDecided, checkCursor, scriptError, SCRIPT_ERRORS, StoreError } from './errors.ts';
 import type { KeyBuilder } from './keys.ts';
 import { scriptsOf, type StoreScripts } from './scripts.ts';
@@ -199,6 +199,7 @@ export class RunStore {
       decode: decodeRunEntry,
       read: async (afterSeq, limit) => (await this.readEvents(runId, afterSeq, limit))?.events ?? null,
       head: async () => Number((await this.redis.hget(this.metaKey(workspaceId, runId), 'seq')) ?? 0),
+      headAndPage: (afterSeq, limit) => readHeadAndPage(this.redis, this.metaKey(workspaceId, runId), this.eventsKey(workspaceId, runId), decodeRunEntry, afterSeq, limit),
       isTerminal: (e) => e.event_type === 'streaming-complete' || e.event_type === 'error' || (e.event_type === 'run-control' && (e.payload as { action?: string })?.action === 'stop'),
     };
   }

@@ -7,7 +7,8 @@ import { writable } from '../streams/writable.ts';
 /**
  * Server-sent events for one watcher: `id:` is the seq, `event:` the event type, `data:` the event JSON (the same
  * shape as HTTP polling). The response ends after the terminal event. An early end (slow reader, shutdown)
- * sends an `error` event first; the browser's EventSource reconnects with Last-Event-ID and resumes.
+ * sends an `error` event first; the browser's EventSource reconnects with Last-Event-ID and resumes. A log that
+ * vanished (`not_found`) ends the same way, and the reconnect's 404 stops the EventSource.
  */
 // The fan-out hands every watcher the same event object: format each SSE frame once.
 const frames = new WeakMap<object, string>();

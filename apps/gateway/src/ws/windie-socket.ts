@@ -281,6 +281,7 @@ export class WindieSocket {
       } catch (err) {
         // The gateway drains: the socket goes away (the turn goes on on the workers) rather than report an error.
         if (err instanceof WatchClosedError && err.code === 'shutting_down') return this.close(GOING_AWAY, GATEWAY_SHUTTING_DOWN);
+        // Anything else (a slow socket, the session's log gone) is told as an error; the socket stays for other conversations.
         this.send(serverMessage('error', { message: `the conversation's stream ended: ${errorText(err)}` }));
       } finally {
         this.watchers.delete(sessionId);
