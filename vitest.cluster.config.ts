@@ -11,6 +11,7 @@ export default defineConfig({
       'libs/store/src/**/*.int.test.ts',
       'tests/team-task.int.test.ts',
       'tests/watch-team.int.test.ts',
+      'tests/vanished-logs.int.test.ts',
       'tests/cancel-and-crash.int.test.ts',
       'tests/runs-api.int.test.ts',
       'tests/runs-control.int.test.ts',
