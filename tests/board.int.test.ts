@@ -216,11 +216,18 @@ describe('the board', () => {
     await page.getByRole('button', { name: 'Start a session in board' }).click();
     await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
     const sessionId = page.url().split('/').at(-1)!;
-    await page.getByRole('textbox', { name: 'Message' }).fill('Say hello to the operator');
+    // A word with no break in it (a link, a path) as a message may carry.
+    const unbroken = `https://example.com/${'a'.repeat(60)}`;
+    await page.getByRole('textbox', { name: 'Message' }).fill(`Say hello to the operator ${unbroken}`);
     await page.getByRole('button', { name: 'Send' }).click();
     await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 15_000 });
     const answer = await page.locator('.conversation li.agent').textContent();
     expect(answer).toMatch(/^agent Scripted answer to "Say hello to the operator/);
+    // The event log says what happened in words, inside the log's width: no payload JSON, no word running past its edge.
+    const logLine = (type: string) => page.locator(`ol.log li[data-type="${type}"]`).first().textContent();
+    expect(await logLine('user_message')).toMatch(/user\s*says: Say hello to the operator https:\/\/example\.com\/a+…$/);
+    expect(await logLine('turn_complete')).toMatch(/agent\s*turn ended: end_turn \(\d+ tokens\)$/);
+    expect(await page.locator('ol.log').evaluate((log) => log.scrollWidth - log.clientWidth)).toBe(0);
     await browser.shot('08-session-conversation');
     await page.getByRole('button', { name: 'Close session' }).click();
     await page.locator('[data-testid="session-status"]:text-is("closed")').waitFor();

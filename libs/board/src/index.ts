@@ -26,3 +26,5 @@ export type { StreamHandle, StreamOptions, StreamStateKind } from '../public/eve
 /** A session turn's answer text, folded from its events (deltas, and what a lost attempt streamed dropped). */
 export { applyAnswerEvent, emptyAnswer } from '../public/answer.js';
 export type { Answer, SessionEventLike } from '../public/answer.js';
+/** What a session's event says in the board's log, and who it comes from. */
+export { describeSessionEvent, sessionEventSource } from '../public/session-log.js';

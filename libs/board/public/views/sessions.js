@@ -2,6 +2,7 @@ import { h, orDash, say } from '../dom.js';
 import { approvalsApi, sessionsApi, taskHeaders } from '../api.js';
 import { applyAnswerEvent, emptyAnswer } from '../answer.js';
 import { clip } from '../team.js';
+import { describeSessionEvent, sessionEventSource } from '../session-log.js';
 import { followStream } from '../event-stream.js';
 import { workspace } from '../session.js';
 
@@ -95,7 +96,7 @@ export function sessionView(root, sessionId) {
     if (e.event_type !== 'text_delta' && e.event_type !== 'thinking_delta') {
       log.append(h('li', { 'data-seq': e.seq, 'data-type': e.event_type },
         h('span', { class: 'seq' }, `#${e.seq}`), h('time', { datetime: e.timestamp }, new Date(e.timestamp).toLocaleTimeString()),
-        h('span', { class: 'who' }, 'session'), h('span', { class: 'what' }, `${e.event_type} ${JSON.stringify(p).slice(0, 100)}`)));
+        h('span', { class: 'who' }, sessionEventSource(e)), h('span', { class: 'what' }, describeSessionEvent(e))));
     }
   };
 
