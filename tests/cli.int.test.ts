@@ -97,6 +97,8 @@ describe('cadre', () => {
     expect(JSON.parse(list.stdout).tasks.map((t: { task_id: string }) => t.task_id)).toEqual([taskId]);
     const table = await cadre(['-w', ws, 'task', 'list', '--status', 'completed']);
     expect(table.stdout).toMatch(new RegExp(`^${taskId}\\s+completed\\s+named\\s+3`, 'm'));
+    // An empty listing says so under its header rather than leaving a bare header to puzzle over.
+    expect((await cadre(['-w', ws, 'task', 'list', '--status', 'failed'])).stdout.trim().split('\n').at(-1)).toBe(`no failed tasks in ${ws}`);
     const got = await cadre(['task', 'get', taskId]);
     expect(got.stdout).toMatch(/^status\s+completed$/m);
     expect(got.stdout).toMatch(/^pro-1\s+pro\s+completed/m);
@@ -124,6 +126,7 @@ describe('cadre', () => {
       const res = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, agent_id: 'a', query, requested_by: 't', files: [], metadata: {} });
       return (res.body.run ?? res.body).run_id as string;
     };
+    expect((await cadre(['-w', ws, 'run', 'list'])).stdout.trim().split('\n').at(-1)).toBe(`no runs in ${ws}`);
     const [one, two] = [await mk('first'), await mk('second')];
     const list = await cadre(['-w', ws, 'run', 'list']);
     expect(list.stdout).toMatch(new RegExp(`^${one}\\s+awaiting_worker\\s+agent_only`, 'm'));

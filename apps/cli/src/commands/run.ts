@@ -25,6 +25,7 @@ export function runCommands(program: Command, client: () => CadreClient): void {
       printTable(['RUN', 'STATUS', 'MODE', 'AGENT', 'WORKER', 'CREATED', 'QUERY'],
         runs.map((r: Json) => [r.run_id, r.status, dash(r.control_mode), dash(r.agent_id), dash(r.worker_id ?? r.worker?.worker_id), dash(r.created_at), clip(r.query ?? '', 50)]),
         (cell, i) => (i === 1 ? statusColour(cell) : cell));
+      if (runs.length === 0) process.stdout.write(`no ${opts.status ? `${opts.status} ` : ''}runs in ${g.workspace}\n`);
     });
 
   run

@@ -43,6 +43,7 @@ export function taskCommands(program: Command, client: () => CadreClient): void 
       printTable(['TASK', 'STATUS', 'TEAM', 'SIZE', 'CREATED', 'GOAL'],
         page.tasks.map((t: Json) => [t.task_id, t.status, t.mode, String(t.team_size), t.created_at, clip(t.goal, 60)]),
         (cell, i) => (i === 1 ? statusColour(cell) : cell));
+      if (page.tasks.length === 0) process.stdout.write(`no ${opts.status ? `${opts.status} ` : ''}tasks in ${g.workspace}\n`);
       if (page.next_cursor) process.stdout.write(`more: --cursor ${page.next_cursor}\n`);
     });
 
