@@ -329,6 +329,17 @@ describe('the board', () => {
     await page.getByRole('region', { name: 'Waiting for your approval' }).waitFor({ state: 'hidden' });
   });
 
+  it('says a task or session it cannot load is not there, instead of "connecting…" for ever, and offers nothing to press', async () => {
+    await useWorkspace('board');
+    const unknown = '00000000-0000-4000-8000-000000000000';
+    await page.goto(`${stack.url}/#/tasks/${unknown}`);
+    await page.locator(`[data-testid="stream-state"]:text-is("could not load the task: task ${unknown} not found")`).waitFor();
+    expect(await page.getByRole('button', { name: 'Cancel task' }).isDisabled()).toBe(true);
+    await page.goto(`${stack.url}/#/sessions/${unknown}`);
+    await page.locator(`[data-testid="stream-state"]:text-is("could not load the session: session ${unknown} not found")`).waitFor();
+    for (const name of ['Cancel turn', 'Close session', 'Send']) expect(await page.getByRole('button', { name }).isDisabled()).toBe(true);
+  });
+
   it('names every control on every view (the accessible names Chromium computes)', async () => {
     const ws = newWorkspace();
     const taskId = await createTaskNeedingApprovals(stack.url, ws);

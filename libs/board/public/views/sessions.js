@@ -33,7 +33,7 @@ export function sessionsView(root) {
 /** One session: its status, the conversation (user messages and the agent's streamed answers), send, cancel, close. */
 export function sessionView(root, sessionId) {
   const status = h('span', { class: 'badge', 'data-testid': 'session-status' });
-  const streamState = h('span', { class: 'muted' }, 'connecting…');
+  const streamState = h('span', { class: 'muted', 'data-testid': 'stream-state' }, 'connecting…');
   const talk = h('ol', { class: 'conversation', 'aria-label': 'Conversation' });
   const log = h('ol', { class: 'log', 'aria-label': 'Event log' });
   const input = h('textarea', { name: 'content', rows: 2, required: true, 'aria-label': 'Message' });
@@ -125,6 +125,9 @@ export function sessionView(root, sessionId) {
       ws = session.workspace_id;
       setStatus(orDash(session.status));
     } catch (err) {
+      // Say so where "connecting…" stood, with nothing left to press (see the task view).
+      streamState.textContent = `could not load the session: ${err.message}`;
+      for (const button of [cancel, end, send.querySelector('button')]) button.disabled = true;
       return say(`Could not load the session: ${err.message}`);
     }
     stream = followStream({

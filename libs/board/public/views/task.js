@@ -98,11 +98,13 @@ export function taskView(root, taskId) {
     drawOutcome();
   };
 
+  let loadError = null;
   const refreshRoster = async () => {
     try {
       applyRoster(team, await tasksApi.get(taskId));
       draw();
     } catch (err) {
+      loadError = err.message;
       say(`Could not load the task: ${err.message}`);
     }
   };
@@ -142,7 +144,13 @@ export function taskView(root, taskId) {
   }
   void (async () => {
     await refreshRoster();
-    if (!team.task) return;
+    // A task that cannot be read (an unknown id, another workspace's) says so where "connecting…" stood, and
+    // offers nothing to cancel; the toast alone goes away and left the page waiting for ever.
+    if (!team.task) {
+      streamState.textContent = `could not load the task: ${loadError}`;
+      cancel.disabled = true;
+      return;
+    }
     stream = followStream({
       url: `/api/tasks/${encodeURIComponent(taskId)}/stream`,
       headers: taskHeaders,
