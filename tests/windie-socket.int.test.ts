@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { TEST_API_KEY, httpClient } from '@cadre/testing';
+import { KeyBuilder } from '@cadre/store';
+import { TEST_API_KEY, httpClient, keysMatching, type TestRedisClient } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
+let redis: TestRedisClient;
 
 // A second key for the sockets' default workspace ('windie', where the operator key's conversations live) and one
 // for another workspace: conversations belong to the key that opened them, whatever user_id a handshake claims.
@@ -13,8 +15,10 @@ const OTHER_KEY = 'other-workspace-key-0123456789';
 
 beforeAll(async () => {
   stack = await TestStack.start({ workers: 1, env: { CADRE_API_KEYS: `windie:${WINDIE_KEY},elsewhere:${OTHER_KEY}` } });
+  redis = stack.redis.connect();
 });
 afterAll(async () => {
+  redis?.disconnect();
   await stack?.stop();
 });
 
@@ -226,6 +230,41 @@ describe('/ws (WindieOS agent socket)', () => {
     const done = await owner.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
     expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Tromsø$/);
     for (const c of [owner, intruder, stranger]) c.ws.close();
+  });
+});
+
+describe('/ws conversation bindings', () => {
+  it('a conversation in use keeps its binding; one whose session expired is re-bound to a new session', async () => {
+    const conversations = new KeyBuilder(stack.prefix).conversations('windie');
+    const boundSession = async () => (await redis.hget(conversations, 'conv-f'))?.split(' ').at(-1);
+    const client = new Client();
+    await client.open();
+    client.send(handshake('fay'));
+    const answered = (n: number) => client.waitFor((all) => all.filter((m) => m.type === 'streaming-complete').length >= n);
+    client.envelope('query', { text: 'First', conversation_ref: 'conv-f' });
+    await answered(1);
+    const first = await boundSession();
+    expect(first).toBeDefined();
+
+    // No new conversation bound for (almost) a whole idle TTL while this one is in use: its queries keep the binding.
+    await redis.expire(conversations, 5);
+    client.envelope('query', { text: 'Second', conversation_ref: 'conv-f' });
+    await answered(2);
+    expect(await redis.ttl(conversations)).toBeGreaterThan(3600);
+    expect(await boundSession()).toBe(first);
+
+    // The session expires (every key of it goes) while its binding stays: the ref starts a new session, as a new ref does.
+    const sessionKeys = await keysMatching(redis, `${stack.prefix}:{s:${first}}:*`);
+    expect(sessionKeys.length).toBeGreaterThan(0);
+    await redis.del(...sessionKeys);
+    client.envelope('query', { text: 'Third', conversation_ref: 'conv-f' });
+    const all = await answered(3);
+    expect(all.filter((m) => m.type === 'streaming-complete').at(-1)!.payload.final_response).toMatch(/^Scripted answer to "Third"/);
+    expect(all.filter((m) => m.type === 'error').map((m) => m.payload.message)).not.toContainEqual(expect.stringMatching(/session .* not found/));
+    const second = await boundSession();
+    expect(second).not.toBe(first);
+    expect((await httpClient(stack.url).get(`/api/sessions/${second}`)).status).toBe(200);
+    client.ws.close();
   });
 });
 

@@ -191,25 +191,28 @@ export class SessionEngine {
   }
 
   /**
-   * The session a client's conversation reference names (WindieOS `conversation_ref`) in the workspace, or null.
+   * The session a client's conversation reference names (WindieOS `conversation_ref`) in the workspace, or null;
+   * `gone` when that session no longer exists (it expired): bindConversation with it re-binds the ref.
    * `owner` is the caller's authenticated key (never a client-claimed id): a ref another key bound is refused.
    */
-  async conversationSession(scope: Scope, workspaceId: string, owner: string, ref: string): Promise<string | null> {
+  async conversationSession(scope: Scope, workspaceId: string, owner: string, ref: string): Promise<{ session_id: string; gone: boolean } | null> {
     checkConversation(workspaceId, owner, ref);
     if (!visible(scope, workspaceId)) throw new SessionEngineError('permission_denied', `this key is not valid for workspace "${workspaceId}"`);
     const binding = await this.deps.store.conversationSession(workspaceId, ref);
-    if (binding && binding.owner !== owner) throw otherOwner(ref);
-    return binding?.session_id ?? null;
+    if (!binding) return null;
+    if (binding.owner !== owner) throw otherOwner(ref);
+    return { session_id: binding.session_id, gone: (await this.deps.store.sessionHead(binding.session_id)) === null };
   }
 
   /**
    * Binds the ref to a session of the workspace for `owner`; the first binding wins unless `replace`, which only
-   * replaces the owner's own. Returns the bound id; a ref another key holds is refused.
+   * replaces the owner's own, or the binding names `gone` (a session conversationSession found gone). Returns the
+   * bound id; a ref another key holds is refused.
    */
-  async bindConversation(scope: Scope, owner: string, ref: string, session: SessionRecord, replace: boolean): Promise<string> {
+  async bindConversation(scope: Scope, owner: string, ref: string, session: SessionRecord, replace: boolean, gone?: string): Promise<string> {
     checkConversation(session.workspace_id, owner, ref);
     if (!visible(scope, session.workspace_id)) throw notFound(session.session_id);
-    const binding = await this.deps.store.bindConversation(session.workspace_id, owner, ref, session.session_id, replace);
+    const binding = await this.deps.store.bindConversation(session.workspace_id, owner, ref, session.session_id, replace, gone);
     if (binding.owner !== owner) throw otherOwner(ref);
     return binding.session_id;
   }

@@ -481,15 +481,23 @@ export class SessionStore {
   }
 
   /**
-   * Binds `ref` to `sessionId` for `owner` (first wins; `replace` only replaces the owner's own binding); returns
-   * the binding afterwards, which names another owner when the ref is someone else's.
+   * Binds `ref` to `sessionId` for `owner` (first wins; `replace` only replaces the owner's own binding, and so does
+   * `gone`, the session the owner's binding names and that no longer exists); returns the binding afterwards, which
+   * names another owner when the ref is someone else's.
    */
-  async bindConversation(workspaceId: string, owner: string, ref: string, sessionId: string, replace: boolean): Promise<ConversationBinding> {
-    return parseBinding(await this.scripts.bindConversation(this.keys.conversations(workspaceId), ref, owner, sessionId, replace ? '1' : '0', this.idleTtlSec))!;
+  async bindConversation(workspaceId: string, owner: string, ref: string, sessionId: string, replace: boolean, gone = ''): Promise<ConversationBinding> {
+    return parseBinding(await this.scripts.bindConversation(this.keys.conversations(workspaceId), ref, owner, sessionId, replace ? '1' : '0', this.idleTtlSec, gone))!;
   }
 
+  /**
+   * The ref's binding. A lookup keeps the workspace's bindings another idle TTL, as a new binding does: a
+   * conversation in use keeps its binding as long as its session (whose TTL its turns renew).
+   */
   async conversationSession(workspaceId: string, ref: string): Promise<ConversationBinding | null> {
-    return parseBinding(await this.redis.hget(this.keys.conversations(workspaceId), ref));
+    const key = this.keys.conversations(workspaceId);
+    const [[err, value]] = (await this.redis.multi().hget(key, ref).expire(key, this.idleTtlSec).exec()) as [[Error | null, string | null]];
+    if (err) throw err;
+    return parseBinding(value);
   }
 
   async setInputModes(sessionId: string, modes: InputModes): Promise<void> {

@@ -246,14 +246,18 @@ export class WindieSocket {
     };
   }
 
-  /** The session of a conversation ref; a new ref starts one (the first binder wins a race). */
+  /**
+   * The session of a conversation ref; a new ref starts one (the first binder wins a race), and so does a ref whose
+   * session expired, as the WindieOS server starts a session for any conversation it does not hold (the client can
+   * rehydrate it).
+   */
   private async conversation(ref: string): Promise<string> {
     const { sessions } = this.deps;
     const scope = this.principal!;
     const bound = await sessions.conversationSession(scope, this.workspace, this.owner, ref);
-    if (bound) return bound;
+    if (bound && !bound.gone) return bound.session_id;
     const session = await sessions.create(scope, { workspace_id: this.workspace, model: this.settings.selected_model_id, tools: this.tools, owner: this.owner });
-    return sessions.bindConversation(scope, this.owner, ref, session, false);
+    return sessions.bindConversation(scope, this.owner, ref, session, false, bound?.session_id);
   }
 
   /**
