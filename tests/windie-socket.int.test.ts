@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { KeyBuilder } from '@cadre/store';
-import { TEST_API_KEY, httpClient, keysMatching, type TestRedisClient } from '@cadre/testing';
+import { KeyBuilder, SessionStore } from '@cadre/store';
+import { TEST_API_KEY, httpClient, keysMatching, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
@@ -35,8 +35,8 @@ class Client {
   readonly closed: Promise<{ code: number; reason: string }>;
   private waiters: (() => void)[] = [];
 
-  constructor(key: string | null = TEST_API_KEY) {
-    this.ws = new WebSocket(`${stack.url.replace('http', 'ws')}/ws`, { headers: key ? { authorization: `Bearer ${key}` } : {} });
+  constructor(key: string | null = TEST_API_KEY, url = stack.url) {
+    this.ws = new WebSocket(`${url.replace('http', 'ws')}/ws`, { headers: key ? { authorization: `Bearer ${key}` } : {} });
     this.ws.on('message', (data) => {
       this.messages.push(JSON.parse(data.toString()) as Msg);
       for (const w of this.waiters) w();
@@ -334,5 +334,70 @@ describe('/ws approvals (Cadre\'s approval-request / approval-response pair)', (
     const all = await client.waitFor((msgs) => msgs.some((m) => m.type === 'streaming-complete'));
     expect(all.find((m) => m.type === 'streaming-complete')!.payload.final_response).toMatch(/using 1 tool result\(s\): Hammerfest, exactly$/);
     client.ws.close();
+  });
+});
+
+describe('/ws backpressure (invariant 3, as tests/backpressure.int.test.ts for gRPC and SSE)', () => {
+  const BUFFER = 16;
+  /** Far more than every socket buffer between gateway and client holds. */
+  const BURST = 1000;
+  const DELTA = 'x'.repeat(16 * 1024);
+  let slow: TestStack;
+  let slowRedis: TestRedisClient;
+  let store: SessionStore;
+
+  // No worker: the test holds the turn and appends its events itself, paced by the socket that reads.
+  beforeAll(async () => {
+    slow = await TestStack.start({ workers: 0, env: { CADRE_WATCHER_BUFFER: String(BUFFER) } });
+    slowRedis = slow.redis.connect();
+    store = new SessionStore({ redis: slowRedis, keys: new KeyBuilder(slow.prefix) });
+  });
+  afterAll(async () => {
+    slowRedis?.disconnect();
+    await slow?.stop();
+  });
+
+  it('a socket whose client stops reading is told and closed 1013 once it falls too far behind; another socket of the conversation gets it all', async () => {
+    const stalled = new Client(TEST_API_KEY, slow.url);
+    await stalled.open();
+    stalled.send(handshake('gus'));
+    stalled.envelope('query', { text: 'A long answer, please', conversation_ref: 'conv-slow' });
+    const conversations = new KeyBuilder(slow.prefix).conversations('windie');
+    const sessionId = await waitUntil('the conversation is bound', async () => (await slowRedis.hget(conversations, 'conv-slow'))?.split(' ').at(-1));
+    // The turn started, so the socket watches the session (it attaches before it sends): now it stops reading.
+    const wake = await waitUntil('the turn is queued', () => store.unclaimedWake(sessionId));
+    stalled.ws.pause();
+
+    const reader = new Client(TEST_API_KEY, slow.url);
+    await reader.open();
+    reader.send(handshake('gus'));
+    reader.envelope('query', { text: 'And then this', conversation_ref: 'conv-slow' });
+    // Queued behind the running turn, after the socket attached.
+    await waitUntil('the reader watches', async () => (await store.getSession(sessionId))!.queued_follow_ups.length === 1);
+
+    const lease = randomUUID();
+    expect((await store.claimTurn(sessionId, wake, lease, 'test-host')).kind).toBe('taken');
+    for (let i = 0; i < BURST; i++) {
+      await store.commitTurn(sessionId, lease, { events: [{ event_type: 'text_delta', payload: { message_id: 'm1', content: DELTA } }] });
+      // The reader is never more than half the buffer behind: only the socket that stopped reading can overflow.
+      await reader.waitFor(() => i - reader.count('streaming-response') < BUFFER / 2);
+    }
+    const usage = { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 };
+    await store.finishTurn(sessionId, lease, { fields: { turn_usage: JSON.stringify(usage) } }, 'end_turn');
+    const done = await reader.waitFor((all) => all.some((m) => m.type === 'streaming-complete'));
+    expect(reader.count('streaming-response')).toBe(BURST);
+    expect(done.find((m) => m.type === 'streaming-complete')!.payload.final_response).toHaveLength(BURST * DELTA.length);
+
+    stalled.ws.resume();
+    // Closed, or (without a bound) fed the whole answer.
+    const answered = stalled.waitFor((all) => all.some((m) => m.type === 'streaming-complete')).then(() => ({ code: 0, reason: 'answered' }), () => ({ code: -1, reason: 'neither' }));
+    const { code, reason } = await Promise.race([stalled.closed, answered]);
+    expect(code).toBe(1013);
+    expect(reason).toMatch(/reconnect and query the conversation_ref/);
+    // It was cut off, not fed: what it got ends with the error that says what to do, and no answer.
+    expect(stalled.messages.at(-1)).toMatchObject({ type: 'error', payload: { message: expect.stringContaining(`/api/sessions/${sessionId}/messages`) } });
+    expect(stalled.count('streaming-response')).toBeLessThan(BURST / 2);
+    expect(stalled.count('streaming-complete')).toBe(0);
+    reader.ws.close();
   });
 });

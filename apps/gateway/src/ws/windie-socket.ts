@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type { WebSocket } from 'ws';
 import { emptyAnswer } from '@cadre/board';
 import type { Logger } from '@cadre/observability';
@@ -7,6 +8,7 @@ import { WatchClosedError, sessionOfApproval, type LogWatcher } from '@cadre/sto
 import { ApiError, GATEWAY_SHUTTING_DOWN } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
+import { writable } from '../streams/writable.ts';
 import {
   WindieProtocolError, checkPayload, decodeRequestId, parseEnvelope, parseHandshake, serverMessage, toServerMessages,
   type Envelope, type ManifestTool,
@@ -26,6 +28,13 @@ export interface WindieSocketDeps {
 const POLICY_VIOLATION = 1008;
 /** RFC 6455 "going away": the gateway drains; the client reconnects (to another gateway) and goes on. */
 export const GOING_AWAY = 1001;
+/** "Try again later": the client stopped reading while its conversations streamed; it reconnects and goes on. */
+export const TRY_AGAIN_LATER = 1013;
+/**
+ * What the socket may hold that its client has not taken yet (as a stream's high-water mark): past it, the
+ * conversations' watchers stop handing over events, which wait in their bounded buffers, and no request is answered.
+ */
+const MAX_BUFFERED_BYTES = 64 * 1024;
 // Parts of WindieOS that live on the desktop or in its own services, not in an agent runtime.
 const OUTSIDE_CADRE: Record<string, string> = {
   'wakeword-detected': 'wakeword detection',
@@ -56,6 +65,8 @@ export class WindieSocket {
   private readonly settings: Settings;
   private readonly watchers = new Map<string, LogWatcher<SessionEvent>>();
   private inbox: Promise<void> = Promise.resolve();
+  /** 'drain' once the socket holds less than MAX_BUFFERED_BYTES again (ws has no such event), 'close' when it ends. */
+  private readonly outbox = new EventEmitter();
   private handshaken = false;
   private closed = false;
   private readonly handshakeTimer: NodeJS.Timeout;
@@ -73,7 +84,8 @@ export class WindieSocket {
     // One message at a time, in order: a rehydrate must be bound before the query after it looks it up.
     socket.on('message', (data, isBinary) => {
       const raw = isBinary ? null : data.toString();
-      this.inbox = this.inbox.then(() => this.onMessage(raw));
+      // A client that does not read its answers is not answered further until it does.
+      this.inbox = this.inbox.then(() => this.room()).then(() => this.onMessage(raw));
     });
     socket.on('close', () => this.stop());
     socket.on('error', () => this.stop());
@@ -281,11 +293,20 @@ export class WindieSocket {
     }
     void (async () => {
       try {
-        for await (const event of watcher) for (const m of toServerMessages(sessionId, event, answer)) this.send(m);
+        // While the socket is full the watcher holds the events (a bounded buffer), as gRPC and SSE streams do.
+        await watcher.pipeTo((event) => this.sendAll(toServerMessages(sessionId, event, answer)), () => writable(this.outbox, 'close', watcher));
       } catch (err) {
         // The gateway drains: the socket goes away (the turn goes on on the workers) rather than report an error.
         if (err instanceof WatchClosedError && err.code === 'shutting_down') return this.close(GOING_AWAY, GATEWAY_SHUTTING_DOWN);
-        // Anything else (a slow socket, the session's log gone) is told as an error; the socket stays for other conversations.
+        // The client stopped reading: the socket is the bottleneck of all its conversations, so it goes; told why
+        // after what it holds, it reconnects and queries the ref (what it missed is in the session's messages).
+        if (err instanceof WatchClosedError && err.code === 'watcher_overflow') {
+          this.send(serverMessage('error', {
+            message: `this socket fell too far behind (its client stopped reading): reconnect and send a query on the conversation_ref; what it missed is in GET /api/sessions/${sessionId}/messages`,
+          }));
+          return this.close(TRY_AGAIN_LATER, 'fell too far behind: reconnect and query the conversation_ref');
+        }
+        // Anything else (the session's log gone) is told as an error; the socket stays for other conversations.
         this.send(serverMessage('error', { message: `the conversation's stream ended: ${errorText(err)}` }));
       } finally {
         this.watchers.delete(sessionId);
@@ -293,8 +314,36 @@ export class WindieSocket {
     })();
   }
 
-  private send(message: string): void {
-    if (!this.closed && this.socket.readyState === this.socket.OPEN) this.socket.send(message);
+  /** Sends; false once the socket holds MAX_BUFFERED_BYTES or more that its client has not taken yet. */
+  private send(message: string): boolean {
+    if (this.closed || this.socket.readyState !== this.socket.OPEN) return true;
+    this.socket.send(message, this.sent);
+    return this.socket.bufferedAmount < MAX_BUFFERED_BYTES;
+  }
+
+  private sendAll(messages: string[]): boolean {
+    let room = true;
+    for (const message of messages) room = this.send(message);
+    return room;
+  }
+
+  /** Each send's callback (the frame went to the network, or the socket failed) stands in for the 'drain' ws lacks. */
+  private readonly sent = (): void => {
+    if (this.socket.bufferedAmount < MAX_BUFFERED_BYTES) this.outbox.emit('drain');
+  };
+
+  /** Resolves once the socket holds less than MAX_BUFFERED_BYTES, or has ended. */
+  private room(): Promise<void> {
+    if (this.closed || this.socket.bufferedAmount < MAX_BUFFERED_BYTES) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.outbox.off('drain', done);
+        this.outbox.off('close', done);
+        resolve();
+      };
+      this.outbox.on('drain', done);
+      this.outbox.on('close', done);
+    });
   }
 
   private close(code: number, reason: string): void {
@@ -305,6 +354,7 @@ export class WindieSocket {
 
   private stop(): void {
     this.closed = true;
+    this.outbox.emit('close');
     clearTimeout(this.handshakeTimer);
     for (const watcher of this.watchers.values()) void watcher.return();
     this.watchers.clear();
