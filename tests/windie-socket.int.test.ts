@@ -195,6 +195,19 @@ describe('/ws (WindieOS agent socket)', () => {
     client.ws.close();
   });
 
+  it('a client that sends more requests than a socket keeps waiting, without waiting for answers, is closed with 1008', async () => {
+    const client = new Client();
+    await client.open();
+    client.send(handshake('hal'));
+    // Sent in one go: they reach the gateway together, faster than it answers them one at a time.
+    for (let i = 0; i < 100; i++) client.envelope('list-models', {});
+    const answered = client.waitFor((all) => all.filter((m) => m.type === 'models-listed').length === 100).then(() => ({ code: 0, reason: 'all answered' }), () => ({ code: -1, reason: 'neither' }));
+    const { code, reason } = await Promise.race([client.closed, answered]);
+    expect(code).toBe(1008);
+    expect(reason).toMatch(/^over 32 requests or 32 MB waiting/);
+    expect(client.count('models-listed')).toBeLessThan(100);
+  });
+
   it('a conversation belongs to the key that opened it: another key claiming the same user_id and ref is refused', async () => {
     const owner = new Client();
     await owner.open();

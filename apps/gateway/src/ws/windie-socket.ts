@@ -35,6 +35,12 @@ export const TRY_AGAIN_LATER = 1013;
  * conversations' watchers stop handing over events, which wait in their bounded buffers, and no request is answered.
  */
 const MAX_BUFFERED_BYTES = 64 * 1024;
+/**
+ * Requests a socket may have waiting to be handled (one is handled at a time), and their characters (each may be
+ * 10 MB): a client that sends more without waiting for the answers is closed, as gRPC's HTTP/2 window stops one.
+ */
+const MAX_PENDING_MESSAGES = 32;
+const MAX_PENDING_CHARS = 32 * 1024 * 1024;
 // Parts of WindieOS that live on the desktop or in its own services, not in an agent runtime.
 const OUTSIDE_CADRE: Record<string, string> = {
   'wakeword-detected': 'wakeword detection',
@@ -65,6 +71,8 @@ export class WindieSocket {
   private readonly settings: Settings;
   private readonly watchers = new Map<string, LogWatcher<SessionEvent>>();
   private inbox: Promise<void> = Promise.resolve();
+  private pendingMessages = 0;
+  private pendingChars = 0;
   /** 'drain' once the socket holds less than MAX_BUFFERED_BYTES again (ws has no such event), 'close' when it ends. */
   private readonly outbox = new EventEmitter();
   private handshaken = false;
@@ -83,9 +91,19 @@ export class WindieSocket {
     this.handshakeTimer = setTimeout(() => this.close(POLICY_VIOLATION, 'no handshake'), deps.handshakeTimeoutMs ?? 10_000);
     // One message at a time, in order: a rehydrate must be bound before the query after it looks it up.
     socket.on('message', (data, isBinary) => {
+      if (this.closed) return;
       const raw = isBinary ? null : data.toString();
+      const chars = raw?.length ?? 0;
+      if (this.pendingMessages >= MAX_PENDING_MESSAGES || this.pendingChars + chars > MAX_PENDING_CHARS) {
+        return this.close(POLICY_VIOLATION, `over ${MAX_PENDING_MESSAGES} requests or ${MAX_PENDING_CHARS >> 20} MB waiting: wait for answers before sending more`);
+      }
+      this.pendingMessages++;
+      this.pendingChars += chars;
       // A client that does not read its answers is not answered further until it does.
-      this.inbox = this.inbox.then(() => this.room()).then(() => this.onMessage(raw));
+      this.inbox = this.inbox.then(() => this.room()).then(() => this.onMessage(raw)).finally(() => {
+        this.pendingMessages--;
+        this.pendingChars -= chars;
+      });
     });
     socket.on('close', () => this.stop());
     socket.on('error', () => this.stop());
