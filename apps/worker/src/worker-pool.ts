@@ -138,8 +138,19 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     }
   });
   worker.on('failed', (job: Job<AgentJobData | SessionJobData> | undefined, err: Error) => {
+    if (!job) return;
+    if (!/stalled/i.test(err.message)) {
+      // A failed attempt with attempts left goes back to the queue (BullMQ's retry) and the next one resumes it.
+      if (job.attemptsMade < (job.opts.attempts ?? 1) || job.name !== SESSION_TURN_JOB) return;
+      // The processor threw what it had no answer for (Redis refusing writes for want of memory, a bug): the turn's
+      // end must still be written, or the session stays running for good behind the dead job's lease. Redis took
+      // the job's failure, so it takes writes again; the error itself is in the worker's log, not for the client.
+      const error = { code: 'internal_error', message: 'the turn failed with an unexpected error; send the message again' };
+      const turn = job.data as SessionTurnJobData;
+      void sessions.giveUpTurn(turn, error).catch((e: unknown) => logger.error({ err: e, sessionId: turn.sessionId }, 'could not end a failed turn'));
+      return;
+    }
     // A job that lost its worker too often is failed by BullMQ's stall check, not by our processor: record it.
-    if (!job || !/stalled/i.test(err.message)) return;
     lostJobs.inc();
     if (job.name === SESSION_TURN_JOB) {
       const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times` };

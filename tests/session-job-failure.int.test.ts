@@ -1,0 +1,61 @@
+// A turn job that fails with an error the worker has no answer for (here: Redis refusing writes for want of memory,
+// which is no outage to ride out) ends its turn in a retryable error instead of leaving the session running for good.
+import { Queue } from 'bullmq';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
+import { httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { sessionEventsWhen } from './support/session-client.ts';
+import { TestStack } from './support/stack.ts';
+
+let stack: TestStack;
+let admin: TestRedisClient;
+let queue: Queue;
+const workerLog: Array<{ msg: string; err?: { message?: string } }> = [];
+
+beforeAll(async () => {
+  stack = await TestStack.start({ workers: 0 });
+  admin = stack.redis.connect();
+  queue = new Queue(AGENT_QUEUE, { connection: admin, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+  const logger = pino({ level: 'warn' }, { write: (line: string) => void workerLog.push(JSON.parse(line)) });
+  await stack.addWorkerPool({}, logger);
+});
+afterAll(async () => {
+  await admin?.config('SET', 'maxmemory', '0');
+  await queue?.close();
+  admin?.disconnect();
+  await stack?.stop();
+});
+
+/** Redis refuses every write that needs memory (OOM), as with maxmemory reached under noeviction, until `restore`. */
+async function refuseWritesForMemory(): Promise<{ restore: () => Promise<unknown> }> {
+  const used = Number(/used_memory:(\d+)/.exec(await admin.info('memory'))![1]);
+  await admin.config('SET', 'maxmemory-policy', 'noeviction');
+  await admin.config('SET', 'maxmemory', String(Math.floor(used / 2)));
+  return { restore: () => admin.config('SET', 'maxmemory', '0') };
+}
+
+describe('a turn job that fails with an unexpected error', () => {
+  it('ends the turn in a retryable internal_error, and the session takes the next message', async () => {
+    const api = httpClient(stack.url);
+    const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'fail' })).body.session.session_id;
+    await api.post(`/api/sessions/${id}/messages`, { content: 'Explain slowly [[scripted:words=400]] [[scripted:chunk_delay=20]]' });
+    await sessionEventsWhen(stack.url, id, (evs) => evs.some((e) => e.event_type === 'text_delta'));
+    const oom = await refuseWritesForMemory();
+    await waitUntil('the turn job to fail', async () => (await queue.getFailedCount()) === 1);
+    expect(workerLog.find((l) => l.msg === 'session turn failed')?.err?.message).toMatch(/^OOM /);
+    await oom.restore();
+
+    const evs = await sessionEventsWhen(stack.url, id, (all) => all.some((e) => e.event_type === 'turn_complete'));
+    expect(evs.filter((e) => e.event_type === 'session_error').map((e) => e.payload)).toEqual([
+      { code: 'internal_error', message: expect.any(String), retryable: true },
+    ]);
+    expect(evs.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error']);
+    await waitUntil('the session to be idle', async () => (await api.get<{ session: { status: string } }>(`/api/sessions/${id}`)).body.session.status === 'idle');
+
+    // Usable again: the next message is a new turn (not turn_in_progress), answered to its end.
+    expect((await api.post(`/api/sessions/${id}/messages`, { content: 'Again, briefly' })).status).toBe(202);
+    const after = await sessionEventsWhen(stack.url, id, (all) => all.filter((e) => e.event_type === 'turn_complete').length === 2);
+    expect(after.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error', 'end_turn']);
+  }, 60_000);
+});
