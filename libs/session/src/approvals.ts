@@ -39,8 +39,9 @@ function checkWhen(when: ApprovalRule['when'], where: string): void {
 }
 
 /**
- * What follows a decision outside the script: an approved client call's own deadline starts. (A turn whose last
- * awaited call this was is resumed by the caller's changeAndEnqueue around the decision, which the sweeper covers.)
+ * What follows a decision outside the script: an approved client call's own deadline starts. Callers run it inside
+ * the changeAndEnqueue around the decision (which also resumes a turn whose last awaited call this was), so a process
+ * that dies before it leaves the mark, and the sweeper arms the deadline.
  */
 export async function afterDecision(queue: SessionQueue, sessionId: string, decided: { call: ClientCall }): Promise<void> {
   const { call } = decided;

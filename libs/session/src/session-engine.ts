@@ -308,11 +308,11 @@ export class SessionEngine {
   ): Promise<SessionApprovalView> {
     let decided;
     try {
-      // The continuation (when this was the last awaited call) goes through the marked enqueue: a gateway that dies
-      // between the decision and the job leaves the mark, and the sweeper enqueues it.
+      // The continuation (when this was the last awaited call) and an approved call's deadline go through the marked
+      // enqueue: a gateway that dies between the decision and either leaves the mark, and the sweeper does them.
       decided = await this.wake(sessionId, () => this.mapped(this.deps.store.decideApproval(
         sessionId, id, approved ? 'approved' : 'denied', reason || (approved ? '' : 'denied by the user'), decidedBy, reach, modifier === undefined ? '' : JSON.stringify(modifier),
-      )), (d) => d.wake);
+      )), (d) => d.wake, (d) => afterDecision(this.deps.queue, sessionId, d));
     } catch (err) {
       if (err instanceof StoreError && err.code === 'approval_not_found') {
         // Not in the current turn: an earlier turn's record was settled when its turn ended.
@@ -323,7 +323,6 @@ export class SessionEngine {
       if (err instanceof StoreError && err.code === 'approval_decided') throw new SessionEngineError('conflict', err.message);
       throw err;
     }
-    await afterDecision(this.deps.queue, sessionId, decided);
     return approvalView(workspaceId, sessionId, decided.call);
   }
 
@@ -433,8 +432,9 @@ export class SessionEngine {
 
   /**
    * The enqueue sweeper's pass: changes marked before `beforeMs` whose process died before enqueueing the turn
-   * they woke. A session still `running` with no attempt holding it gets its turn's job (the job id derives from
-   * the wake, so a job that is already there is not added twice). Returns how many it enqueued.
+   * they woke, or before arming a deadline (an approved call's). A session still `running` with no attempt holding
+   * it gets its turn's job (the job id derives from the wake, so a job that is already there is not added twice);
+   * one whose turn waits gets its pending calls' deadlines (idempotent too). Returns how many turns it enqueued.
    */
   async enqueueStranded(beforeMs: number, limit = 100): Promise<number> {
     const { store, queue } = this.deps;
@@ -445,6 +445,8 @@ export class SessionEngine {
       if (wake !== null) {
         await queue.enqueueTurn(sessionId, wake);
         enqueued++;
+      } else {
+        await queue.armDeadlines(sessionId, await store.pendingCalls(sessionId));
       }
       await store.enqueued(mark);
     }
@@ -487,8 +489,8 @@ export class SessionEngine {
     return inSavedTrace(saved, name, { attributes: { session_id: sessionId, ...attributes } }, fn);
   }
 
-  private wake<T>(sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number): Promise<T> {
-    return changeAndEnqueue(this.deps.store, this.deps.queue, sessionId, change, wakeOf);
+  private wake<T>(sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number, then?: (result: T) => Promise<void>): Promise<T> {
+    return changeAndEnqueue(this.deps.store, this.deps.queue, sessionId, change, wakeOf, then);
   }
 
   /** Store refusals as engine errors with the codes edges map. */

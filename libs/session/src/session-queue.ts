@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
-import { AGENT_QUEUE, type KeyBuilder, type RedisClient, type SessionStore } from '@cadre/store';
+import { AGENT_QUEUE, type ClientCall, type KeyBuilder, type RedisClient, type SessionStore } from '@cadre/store';
 
 /** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
 export const SESSION_TURN_JOB = 'session-turn';
@@ -31,6 +31,12 @@ export interface ApprovalDeadlineJobData {
 export type SessionJobData = SessionTurnJobData | ToolDeadlineJobData | ApprovalDeadlineJobData;
 
 const JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600, count: 10_000 }, removeOnFail: { age: 24 * 3600 } } as const;
+/**
+ * A deadline's job retries what it could not write (Redis failing over, out of memory): its expiry is the only thing
+ * that moves a parked turn on when the client never answers. 8 attempts 1, 2, 4 … 64 s apart ride out about two
+ * minutes. (A turn job keeps one attempt: its outages and lost workers have their own bounds.)
+ */
+const DEADLINE_JOB_OPTIONS = { ...JOB_OPTIONS, attempts: 8, backoff: { type: 'exponential', delay: 1_000 } } as const;
 
 /**
  * Job ids derive from the session and its wake (or call), so a repeated enqueue adds nothing: exactly one job
@@ -60,12 +66,22 @@ export class SessionQueue {
 
   /** A delayed job, not a sleeping process: waiting for a client costs no worker slot. */
   async scheduleDeadline(sessionId: string, toolCallId: string, delayMs: number, timeoutMs: number): Promise<void> {
-    await this.queue.add(TOOL_DEADLINE_JOB, { sessionId, toolCallId, timeoutMs }, { ...JOB_OPTIONS, jobId: deadlineJobId(sessionId, toolCallId), delay: Math.max(0, delayMs) });
+    await this.queue.add(TOOL_DEADLINE_JOB, { sessionId, toolCallId, timeoutMs }, { ...DEADLINE_JOB_OPTIONS, jobId: deadlineJobId(sessionId, toolCallId), delay: Math.max(0, delayMs) });
   }
 
   /** An approval's timeout, also a delayed job: a pending approval holds no worker and no sleeping process. */
   async scheduleApprovalDeadline(sessionId: string, approvalId: string, delayMs: number): Promise<void> {
-    await this.queue.add(APPROVAL_DEADLINE_JOB, { sessionId, approvalId }, { ...JOB_OPTIONS, jobId: approvalDeadlineJobId(approvalId), delay: Math.max(0, delayMs) });
+    await this.queue.add(APPROVAL_DEADLINE_JOB, { sessionId, approvalId }, { ...DEADLINE_JOB_OPTIONS, jobId: approvalDeadlineJobId(approvalId), delay: Math.max(0, delayMs) });
+  }
+
+  /**
+   * The deadlines of a turn's pending calls: an approval's while it is asked, else a client call's own. Idempotent
+   * (job ids per call or approval), so a park, a resumed attempt and the enqueue sweeper may each arm them again.
+   */
+  async armDeadlines(sessionId: string, pending: readonly ClientCall[]): Promise<void> {
+    await Promise.all(pending.map((c) => c.approval?.status === 'pending'
+      ? this.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
+      : this.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
   }
 
   async close(): Promise<void> {
@@ -77,9 +93,12 @@ export class SessionQueue {
  * Makes a change that may wake a turn (`wakeOf` reads the wake from its result, 0 = none) and enqueues that turn's
  * job. Two steps on two slots, so the store marks the session before the change (same connection, so the mark is
  * written first) and the mark goes once the job is in: a process that dies in between leaves it for the enqueue
- * sweeper (SessionEngine.enqueueStranded).
+ * sweeper (SessionEngine.enqueueStranded). `then` (e.g. an approved call's deadline) runs before the mark goes, so the
+ * sweeper covers it too: it arms the deadlines of the session's pending calls.
  */
-export async function changeAndEnqueue<T>(store: SessionStore, queue: SessionQueue, sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number): Promise<T> {
+export async function changeAndEnqueue<T>(
+  store: SessionStore, queue: SessionQueue, sessionId: string, change: () => Promise<T>, wakeOf: (result: T) => number, then?: (result: T) => Promise<void>,
+): Promise<T> {
   const mark = `${sessionId} ${randomUUID()}`;
   // A mark that could not be written (Redis unreachable) fails the change behind it on the same connection.
   const marked = store.markEnqueueing(mark).catch(() => undefined);
@@ -94,6 +113,7 @@ export async function changeAndEnqueue<T>(store: SessionStore, queue: SessionQue
   await marked;
   const wake = wakeOf(result);
   if (wake > 0) await queue.enqueueTurn(sessionId, wake);
+  await then?.(result);
   await store.enqueued(mark);
   return result;
 }

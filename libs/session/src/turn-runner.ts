@@ -3,7 +3,7 @@ import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall 
 import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import { inSpan, savedTrace, type Logger } from '@cadre/observability';
 import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
-import { evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
+import { StoreError, evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
 import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
@@ -167,9 +167,7 @@ export class TurnRunner {
           const pending = state.calls.filter((c) => c.status === 'pending');
           const parked = await inSpan('park', { attributes: { session_id: sessionId, 'cadre.pending_calls': pending.length } }, async (span) => {
             // Idempotent (job ids per call or approval): a resumed attempt re-schedules what a lost one may not have.
-            await Promise.all(pending.map((c) => c.approval?.status === 'pending'
-              ? this.deps.queue.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
-              : this.deps.queue.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
+            await this.deps.queue.armDeadlines(sessionId, pending);
             // false: the last answer came in meanwhile, and this job goes on with it.
             const done = await store.parkTurn(sessionId, lease);
             span.setAttribute('cadre.parked', done);
@@ -216,19 +214,22 @@ export class TurnRunner {
     const expire = (): Promise<number> => store.resolveToolCall(sessionId, {
       tool_call_id: toolCallId, success: false, result: `the client did not answer within ${timeoutMs} ms`, timed_out: true,
     });
-    // Refused: answered in time, or the turn or session ended, so there is nothing to expire.
-    await changeAndEnqueue(store, queue, sessionId, () => expire().catch(() => 0), (wake) => wake);
+    // Refused (a StoreError): answered in time, or the turn or session ended, so there is nothing to expire. Any
+    // other failure (Redis failing over, out of memory) fails the job, and BullMQ tries it again.
+    await changeAndEnqueue(store, queue, sessionId, () => expire().catch(refusedAs(0)), (wake) => wake);
   }
 
   /** An approval's deadline job: still pending, it expires (denied with "approval timed out") and the turn goes on. */
   async expireApproval(sessionId: string, approvalId: string): Promise<void> {
     const { store, queue } = this.deps;
-    // Refused: decided in time, or the turn or session ended, so there is nothing to expire. The continuation goes
-    // through the marked enqueue, as every other: a worker that dies before the job is added leaves it to the sweeper.
-    const expire = () => store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '').catch(() => null);
+    // Refused (a StoreError): decided in time, or the turn or session ended, so there is nothing to expire; any other
+    // failure fails the job for BullMQ to try again. The continuation goes through the marked enqueue, as every
+    // other: a worker that dies before the job is added leaves it to the sweeper.
+    const expire = () => store.decideApproval(sessionId, approvalId, 'expired', 'approval timed out', '').catch(refusedAs(null));
     await inSpan('approval_decided', { attributes: { session_id: sessionId, approval_id: approvalId, 'cadre.approval.status': 'expired' } }, async () => {
-      const decided = await changeAndEnqueue(store, queue, sessionId, expire, (d) => d?.wake ?? 0);
-      if (decided) await afterDecision(this.deps.queue, sessionId, decided);
+      await changeAndEnqueue(store, queue, sessionId, expire, (d) => d?.wake ?? 0, async (d) => {
+        if (d) await afterDecision(this.deps.queue, sessionId, d);
+      });
     });
   }
 
@@ -400,6 +401,14 @@ export class TurnRunner {
       events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, ...why } }],
     });
   }
+}
+
+/** A store's refusal (nothing left to do) answers `value`; any other failure goes on. */
+function refusedAs<T>(value: T): (err: unknown) => T {
+  return (err) => {
+    if (err instanceof StoreError) return value;
+    throw err;
+  };
 }
 
 function functionTool(name: string, description: string, parameters: Record<string, unknown>): ChatCompletionFunctionTool {
