@@ -42,6 +42,15 @@ export function compactionPlan(state: TurnState): { count: number; tokensBefore:
   return count >= 2 ? { count, tokensBefore } : null;
 }
 
+/** How the summary message that replaces compacted turns begins: it is always the transcript's first message. */
+export const SUMMARY_HEADING = '[Summary of the earlier conversation]';
+
+/** Whether earlier turns of this transcript were compacted away (with what the model said in them). */
+export function wasCompacted(transcript: readonly unknown[]): boolean {
+  const first = transcript[0] as TranscriptMessage | undefined;
+  return first?.role === 'user' && typeof first.content === 'string' && first.content.startsWith(SUMMARY_HEADING);
+}
+
 /** Summarises the oldest messages through the session's model; the summary replaces them in the transcript. */
 export async function summarise(model: OpenAI, state: TurnState, count: number, signal: AbortSignal): Promise<string> {
   const older = (state.transcript.slice(0, count) as TranscriptMessage[])

@@ -5,7 +5,7 @@ import { inSpan, savedTrace, type Logger } from '@cadre/observability';
 import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { StoreError, evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
-import { compactionPlan, estimateTokens, summarise } from './compaction.ts';
+import { SUMMARY_HEADING, compactionPlan, estimateTokens, summarise, wasCompacted } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
 import { keepSessionAlive } from './keep-alive.ts';
 import { parseArguments, requestedPayload } from './session-engine.ts';
@@ -196,7 +196,7 @@ export class TurnRunner {
       if (signal.aborted) throw err;
       return false;
     }
-    const message = { role: 'user', content: `[Summary of the earlier conversation]\n${summary}` };
+    const message = { role: 'user', content: `${SUMMARY_HEADING}\n${summary}` };
     const after: TurnState = { ...state, transcript: [message, ...state.transcript.slice(plan.count)], turn_started_len: 1 };
     await this.deps.store.compactTranscript(state.session_id, lease, state.transcript.length, plan.count, message, {
       tokens_before: plan.tokensBefore,
@@ -290,7 +290,7 @@ export class TurnRunner {
     }
     const rest = await buffer.drain();
     const usage = addUsage(state.turn_usage, turn.usage);
-    const calls = turn.toolCalls;
+    const calls = sessionCallIds(state, turn.toolCalls);
     if (calls.length === 0) {
       const stopReason = !turn.finishReason || turn.finishReason === 'stop' ? 'end_turn' : turn.finishReason === 'length' ? 'max_tokens' : turn.finishReason;
       return this.endTurn(state, lease, rest, usage, stopReason, [{ role: 'assistant', content: turn.content }]);
@@ -401,6 +401,30 @@ export class TurnRunner {
       events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, ...why } }],
     });
   }
+}
+
+/**
+ * The model's tool calls with ids unique in the session. A model's id is not: the scripted model numbers calls by
+ * the assistant messages in its request (so once compaction has shortened the transcript it repeats them), and some
+ * servers number the calls of each response ("0"). Everything keyed by a call's id — its entry in the turn's calls,
+ * its deadline job, the id a client answers with — must name one call, or a late result for an earlier call answers
+ * a new one and the new call's deadline job is taken for the earlier's. An id is kept as the model gave it (clients
+ * see what they always have) unless it may already have named a call: it is in the transcript, or earlier turns were
+ * compacted away with their ids. Then it gets the turn, the model call within it and its place as a suffix. The id
+ * goes into the transcript as changed, so the model sees the one its result is filed under.
+ */
+function sessionCallIds(state: TurnState, calls: ChatCompletionMessageFunctionToolCall[]): ChatCompletionMessageFunctionToolCall[] {
+  const transcript = state.transcript as TranscriptMessage[];
+  const known = new Set(transcript.flatMap((m) => (m.role === 'assistant' ? (m.tool_calls ?? []).map((c) => c.id) : [])));
+  const forgotten = wasCompacted(transcript);
+  const modelCall = transcript.slice(state.turn_started_len).filter((m) => m.role === 'assistant').length;
+  return calls.map((call, i) => {
+    if (!forgotten && !known.has(call.id)) {
+      known.add(call.id);
+      return call;
+    }
+    return { ...call, id: `${call.id}~${state.turn}.${modelCall}.${i}` };
+  });
 }
 
 /** A store's refusal (nothing left to do) answers `value`; any other failure goes on. */
