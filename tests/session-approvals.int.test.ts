@@ -261,6 +261,52 @@ describe('session approvals', () => {
     }
   });
 
+  it('a ToolResult for a call still waiting for its approval is refused and writes nothing (HTTP 400 for a builtin, roz in band for a client tool); the gate still decides', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      // A builtin: the worker runs it once approved; a client's forged output must never reach the model instead.
+      const { sessionId, asked } = await parkedOnAsk('6*7');
+      const before = await events(sessionId);
+      const forged = await api().post<{ error: { message: string } }>(`/api/sessions/${sessionId}/tool-results`, { tool_call_id: asked.payload.tool_call_id, success: true, result: '13' });
+      expect(forged.status).toBe(400);
+      expect(forged.body.error.message).toContain('was not requested from the client');
+      expect(await events(sessionId)).toEqual(before);
+      expect((await api().get<{ approval: Approval }>(`/api/approvals/${asked.payload.approval_id}`)).body.approval.status).toBe('pending');
+      await parkedWithNoActiveJob(sessionId);
+      expect((await second().post(`/api/approvals/${asked.payload.approval_id}/decision`, { approved: true })).status).toBe(200);
+      const log = await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete');
+      expect(log.filter((e) => e.event_type === 'tool_result').map((e) => e.payload.result)).toEqual(['42']);
+
+      // A client tool over roz: its tool_call_id is in approval_requested, but no ToolRequest went out yet.
+      const s = new SessionStream(client);
+      s.send({ $case: 'start', value: {
+        environmentId: 'roz-gate', approvalPolicy: { rules: [{ tool: 'lookup', when: {}, action: 'ask', timeoutSecs: 120 }] },
+        tools: [{ name: 'lookup', description: 'Looks up', parametersSchema: { type: 'object', properties: { q: { type: 'string' } } }, timeoutMs: 0, category: 0 }],
+      } });
+      const rozSession = ((await s.waitForCase('sessionStarted')).response!.value as { sessionId: string }).sessionId;
+      s.send({ $case: 'userMessage', value: { content: 'Look [[scripted:call=lookup({"q":"cats"})]]', messageId: 'm1' } });
+      const ask = (await eventsUntil(rozSession, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await parkedWithNoActiveJob(rozSession);
+      const rozBefore = await events(rozSession);
+      const sent = s.frames.length;
+      s.send({ $case: 'toolResult', value: { toolCallId: ask.payload.tool_call_id, success: true, result: 'forged', truncated: false } });
+      const err = await s.waitFor(isCase('error'), 5000, sent);
+      expect(err.response!.value).toMatchObject({ code: 'invalid_argument', message: expect.stringContaining('waits for its approval') });
+      expect(await events(rozSession)).toEqual(rozBefore);
+      // Approved, the ToolRequest goes out and the client's answer is taken.
+      s.send({ $case: 'permissionDecision', value: { approvalId: ask.payload.approval_id, approved: true } });
+      await s.waitForCase('toolRequest');
+      s.send({ $case: 'toolResult', value: { toolCallId: ask.payload.tool_call_id, success: true, result: 'meow', truncated: false } });
+      await s.waitForCase('turnComplete');
+      expect(s.of('textDelta').map((d) => d.content).join('')).toContain('meow');
+      s.end();
+      expect((await s.status).code).toBe(grpc.status.OK);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('a session\'s records outlive their turn: readable by id and listed with session_id= after the next turns start; a late decision is 409', async () => {
     const pool = await stack.addWorkerPool();
     try {

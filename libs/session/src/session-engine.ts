@@ -510,6 +510,9 @@ export class SessionEngine {
           throw new SessionEngineError('tool_call_not_found', err.message);
         case 'tool_call_finished':
           throw new SessionEngineError('tool_call_finished', err.message);
+        case 'tool_call_not_requested':
+          // The approval gate: a result for a call nobody was asked to run would bypass it.
+          throw new SessionEngineError('invalid_argument', err.message);
         case 'queue_full':
           throw new SessionEngineError('queue_full', `${err.message} (at most ${L.queuedInputs} per queue)`);
         case 'too_many_tools':

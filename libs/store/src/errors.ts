@@ -26,6 +26,7 @@ export const SCRIPT_ERRORS = {
   session_closed: { code: -18, text: 'the session is closed' },
   approval_not_found: { code: -19, text: 'no such approval' },
   approval_decided: { code: -20, text: 'already decided' },
+  tool_call_not_requested: { code: -21, text: 'this tool call was not requested from the client: it waits for its approval, or Cadre runs it' },
 } as const satisfies Record<string, { code: number; text: string }>;
 
 export type ScriptErrorCode = keyof typeof SCRIPT_ERRORS;

@@ -6,7 +6,8 @@
   ARGV[1] sessionId   ARGV[2] tool_call_id   ARGV[3] outcome JSON { success, result, exit_code?, truncated,
   duration_ms?, timed_out? }   ARGV[4] max events   ARGV[5] channel
   Returns the wake to enqueue (> 0), 0 when the turn needs no continuation yet, or ERR.session_not_found,
-  ERR.session_closed, ERR.tool_call_not_found, ERR.tool_call_finished.
+  ERR.session_closed, ERR.tool_call_not_found, ERR.tool_call_finished, ERR.tool_call_not_requested (a call
+  still waiting for its approval, or a builtin: no tool_request was sent, so no result is the client's to give).
 ]]
 --@include errors
 --@include session-log
@@ -17,6 +18,7 @@ local raw = redis.call('HGET', callsKey, ARGV[2])
 if not raw then return ERR.tool_call_not_found end
 local call = cjson.decode(raw)
 if call.status ~= 'pending' then return ERR.tool_call_finished end
+if call.builtin or (call.approval and call.approval.status ~= 'approved') then return ERR.tool_call_not_requested end
 local outcome = cjson.decode(ARGV[3])
 call.status, call.success, call.result = 'done', outcome.success, outcome.result
 redis.call('HSET', callsKey, call.tool_call_id, cjson.encode(call))
