@@ -78,10 +78,13 @@ export class TestStack {
     return gateway;
   }
 
-  /** A worker pool in this process; `logger`: where it logs (default: nowhere), for a test that waits on its log. */
-  async addWorkerPool(env: Record<string, string> = {}, logger: Logger = silent): Promise<WorkerPool> {
+  /**
+   * A worker pool in this process; `logger`: where it logs (default: nowhere), for a test that waits on its log;
+   * `model`: the model API it calls (default: the stack's scripted model).
+   */
+  async addWorkerPool(env: Record<string, string> = {}, logger: Logger = silent, model = { url: this.model.url, apiKey: 'scripted' }): Promise<WorkerPool> {
     const config = workerConfig({ ...this.env, ...env });
-    const pool = await startWorkerPool({ ...config, redis: this.redis.target, openaiBaseUrl: this.model.url, openaiApiKey: 'scripted' }, logger);
+    const pool = await startWorkerPool({ ...config, redis: this.redis.target, openaiBaseUrl: model.url, openaiApiKey: model.apiKey }, logger);
     this.pools.push(pool);
     return pool;
   }

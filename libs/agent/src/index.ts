@@ -12,7 +12,7 @@ export type {
   ToolGate,
   ToolVerdict,
 } from './types.ts';
-export { runAgent, runToolCall, modelErrorMessage } from './run-agent.ts';
+export { runAgent, runToolCall, modelErrorMessage, redact } from './run-agent.ts';
 export { streamModelTurn, type ModelTurn } from './model-turn.ts';
 export { untilAborted, isAbortError } from './abort.ts';
 export { observeModelCall } from './telemetry.ts';

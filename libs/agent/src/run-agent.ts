@@ -188,6 +188,7 @@ function reasonText(reason: unknown): string {
   return reason === undefined ? 'aborted by the caller' : String(reason);
 }
 
-function redact(text: string, secret: string | null | undefined): string {
+/** `text` with every occurrence of `secret` (the model API key: a proxy may echo it in an error) replaced. */
+export function redact(text: string, secret: string | null | undefined): string {
   return secret && secret.length >= 4 ? text.split(secret).join('[redacted]') : text;
 }

@@ -1,6 +1,6 @@
 import type OpenAI from 'openai';
 import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall } from 'openai/resources/chat/completions';
-import { builtinTools, modelErrorMessage, observeModelCall, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
+import { builtinTools, modelErrorMessage, observeModelCall, redact, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import { inSpan, savedTrace, type Logger } from '@cadre/observability';
 import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
 import { StoreError, evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
@@ -283,7 +283,9 @@ export class TurnRunner {
         throw stepAbort.signal.aborted && !signal.aborted ? stepAbort.signal.reason : err;
       }
       const rest = await buffer.drain();
-      await this.endTurn(state, lease, [...rest, { event_type: 'session_error', payload: { code: 'model_error', message: modelErrorMessage(err), retryable: true } }], state.turn_usage, 'error');
+      // Every edge shows the message to the client, and a proxy (LiteLLM) may echo the API key in a 401.
+      const message = redact(modelErrorMessage(err), this.deps.model.apiKey);
+      await this.endTurn(state, lease, [...rest, { event_type: 'session_error', payload: { code: 'model_error', message, retryable: true } }], state.turn_usage, 'error');
       return true;
     } finally {
       steering?.end();
