@@ -117,6 +117,27 @@ describe('a turn that loses its worker too often', () => {
       second?.kill('SIGKILL');
     }
   });
+
+  it('leaves nothing queued behind it: its leftover steer and the follow-ups start the next turn, as after any error', async () => {
+    const env = { CADRE_JOB_LOCK_MS: '1500', CADRE_MAX_ATTEMPTS: '1' };
+    const { id, first } = await turnWhoseWorkerDies(env, 'Tell me at length [[scripted:words=200]] [[scripted:chunk_delay=50]]');
+    let second: WorkerProcess | undefined;
+    try {
+      // Queued while the turn has no worker: it is still running, so they wait behind it.
+      const api = httpClient(stack.url);
+      for (const [path, inputId] of [['steer', 's1'], ['follow-ups', 'f1']] as const) {
+        expect((await api.post<{ outcome: string }>(`/api/sessions/${id}/${path}`, { content: `Then ${inputId}`, input_id: inputId })).body.outcome).toBe('queued');
+      }
+      second = await stack.spawnWorkerProcess(env);
+      const all = await sessionEventsWhen<Ev>(stack.url, id, (evs) => evs.filter((e) => e.event_type === 'turn_complete').length === 2, 20_000);
+      assertContiguous(all.map((e) => e.seq));
+      expect(all.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['error', 'end_turn']);
+      expect(all.filter((e) => e.event_type === 'input_delivered').map((e) => [e.payload.input_id, e.payload.turn])).toEqual([['s1', 2], ['f1', 2]]);
+    } finally {
+      first.kill('SIGKILL');
+      second?.kill('SIGKILL');
+    }
+  });
 });
 
 describe('a gateway killed mid-stream', () => {

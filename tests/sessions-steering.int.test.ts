@@ -49,6 +49,16 @@ async function newSession(modes?: Record<string, string>): Promise<string> {
   return id;
 }
 
+/** A new session whose turn is streaming (interrupt mode wait), a steer and follow-ups ([input_id, content]) queued behind it. */
+async function turnWithQueued(steer: [string, string], followUps: [string, string][]): Promise<string> {
+  const id = await newSession({ interrupt_mode: 'wait' });
+  await api().post(`/api/sessions/${id}/messages`, { content: `Long answer ${SLOW}` });
+  await eventsUntil(id, count('text_delta', 1));
+  await api().post(`/api/sessions/${id}/steer`, { content: steer[1], input_id: steer[0] });
+  for (const [inputId, content] of followUps) await api().post(`/api/sessions/${id}/follow-ups`, { content, input_id: inputId });
+  return id;
+}
+
 const answers = (all: Ev[]) => {
   // The text of each model answer, split at the events that end one (a delivered steer or a turn's end).
   const out: string[] = [];
@@ -161,6 +171,26 @@ describe('steering and follow-ups', () => {
     expect(answers(done).at(-1)).toMatch(/^Scripted answer to "Short instead"/);
   });
 
+  it('cancel drops the steers meant for the cancelled turn; queued follow-ups run as the next turns, as after an error', async () => {
+    const id = await turnWithQueued(['s1', 'for the cancelled turn'], [['f1', 'Next question'], ['f2', 'Last question']]);
+    const cancelled = await api().post<{ cancelled: boolean }>(`/api/sessions/${id}/cancel`, {});
+    expect(cancelled.body).toMatchObject({ cancelled: true });
+    const all = await eventsUntil(id, count('turn_complete', 3));
+    assertContiguous(all.map((e) => e.seq));
+    expect(all.filter((e) => e.event_type === 'turn_complete').map((e) => e.payload.stop_reason)).toEqual(['cancelled', 'end_turn', 'end_turn']);
+    // Every input has its one outcome: the steer dropped (never injected into an unrelated turn), each follow-up run.
+    expect(all.filter((e) => e.event_type === 'input_dropped').map((e) => e.payload)).toEqual([{ input_id: 's1', kind: 'steer', reason: 'cancelled' }]);
+    expect(all.filter((e) => e.event_type === 'input_delivered').map((e) => [e.payload.input_id, e.payload.kind, e.payload.turn])).toEqual([['f1', 'follow_up', 2], ['f2', 'follow_up', 3]]);
+    const types = all.map((e) => e.event_type);
+    expect(types.indexOf('turn_complete')).toBeLessThan(types.indexOf('input_dropped'));
+    const [, next, last] = answers(all);
+    expect(next).toMatch(/^Scripted answer to "Next question"/);
+    expect(last).toMatch(/^Scripted answer to "Last question"/);
+    expect(all.some((e) => e.event_type === 'text_delta' && e.payload.content.includes('cancelled turn'))).toBe(false);
+    await waitUntil('the session to be idle', async () => (await api().get<{ session: Session }>(`/api/sessions/${id}`)).body.session.status === 'idle');
+    expect((await api().get<{ session: Session }>(`/api/sessions/${id}`)).body.session).toMatchObject({ turn: 3, queued_steering: [], queued_follow_ups: [] });
+  });
+
   it('a steer or follow-up on an idle session starts a turn; bad input is refused and writes nothing', async () => {
     const id = await newSession();
     const started = await api().post<{ outcome: string; input_id: string }>(`/api/sessions/${id}/steer`, { content: 'Hello there' });
@@ -180,12 +210,7 @@ describe('steering and follow-ups', () => {
   });
 
   it('closing a session drops its queued steers and follow-ups, each with an input_dropped outcome', async () => {
-    const id = await newSession({ interrupt_mode: 'wait' });
-    await api().post(`/api/sessions/${id}/messages`, { content: `Long answer ${SLOW}` });
-    await eventsUntil(id, count('text_delta', 1));
-    await api().post(`/api/sessions/${id}/steer`, { content: 'steer me', input_id: 'st-1' });
-    await api().post(`/api/sessions/${id}/follow-ups`, { content: 'then this', input_id: 'fu-1' });
-    await api().post(`/api/sessions/${id}/follow-ups`, { content: 'and this', input_id: 'fu-2' });
+    const id = await turnWithQueued(['st-1', 'steer me'], [['fu-1', 'then this'], ['fu-2', 'and this']]);
     expect((await api().request('DELETE', `/api/sessions/${id}`)).status).toBe(200);
     const all = await eventsUntil(id, count('session_closed', 1));
     assertContiguous(all.map((e) => e.seq));

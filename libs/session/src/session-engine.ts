@@ -368,11 +368,14 @@ export class SessionEngine {
     return { tool_count: count };
   }
 
-  /** Aborts the running turn (model stream and tools) in whichever worker runs it; false when none ran. */
+  /**
+   * Aborts the running turn (model stream and tools) in whichever worker runs it; false when none ran. Steers
+   * queued for it are dropped; queued follow-ups start the next turn, as after a turn that ended in error.
+   */
   async cancelTurn(scope: Scope, sessionId: string, reason: string): Promise<boolean> {
     checkText(reason, L.reason, 'reason');
     await this.writeAccess(scope, sessionId);
-    const ended = await this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled'));
+    const ended = await this.wake(sessionId, () => this.mapped(this.deps.store.cancelTurn(sessionId, 'cancelled')), (e) => e?.wake ?? 0);
     if (ended) this.deps.turns?.turnEnded({ outcome: 'cancelled', ...turnSeconds(ended.started_at) });
     return ended !== null;
   }

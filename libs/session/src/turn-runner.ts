@@ -3,7 +3,7 @@ import type { ChatCompletionFunctionTool, ChatCompletionMessageFunctionToolCall 
 import { builtinTools, modelErrorMessage, observeModelCall, redact, runToolCall, streamModelTurn, untilAborted, type AgentObserver, type AgentTool } from '@cadre/agent';
 import { inSpan, savedTrace, type Logger } from '@cadre/observability';
 import type { AttemptLostReason, SessionEventInput, TokenUsage } from '@cadre/protocol';
-import { StoreError, evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
+import { StoreError, evaluatePolicy, newSessionApprovalId, type ApprovalRule, type PolicyVerdict, type ClientCall, type EndedTurn, type SessionStore, type TurnCommit, type TurnState } from '@cadre/store';
 import { afterDecision } from './approvals.ts';
 import { SUMMARY_HEADING, compactionPlan, estimateTokens, summarise, wasCompacted } from './compaction.ts';
 import { DeltaBuffer } from './delta-buffer.ts';
@@ -402,6 +402,15 @@ export class TurnRunner {
       fields: { lease: '' },
       events: [{ event_type: 'attempt_lost', payload: { attempt, host_id: this.deps.hostId, ...why } }],
     });
+  }
+
+  /**
+   * Ends the turn of a job given up on in a retryable error, if `wake` is still the session's turn; what was queued
+   * behind it starts the next turn, whose job goes through the marked enqueue. Null when no turn ended.
+   */
+  async giveUp(sessionId: string, wake: number, error: { code: string; message: string }): Promise<EndedTurn | null> {
+    const { store, queue } = this.deps;
+    return changeAndEnqueue(store, queue, sessionId, () => store.cancelTurn(sessionId, 'error', { error: { ...error, retryable: true }, onlyWake: wake }), (e) => e?.wake ?? 0);
   }
 }
 

@@ -131,7 +131,7 @@ export interface StoreScripts {
   /** [wake or code, call JSON] */
   decideSessionApproval(...args: ScriptArg[]): Promise<[number, string?]>;
   /** [1 | 0 | error code, the ended turn's start (ms)] */
-  cancelTurn(...args: ScriptArg[]): Promise<[number, number?]>;
+  cancelTurn(...args: ScriptArg[]): Promise<[number, number?, number?]>;
   /** [1 closed now | 2 already | error code, the ended turn's start (ms) or -1 when none ran] */
   closeSession(...args: ScriptArg[]): Promise<[number, number?]>;
   registerTools(...args: ScriptArg[]): Promise<number>;

@@ -93,7 +93,7 @@ describe('session keys\' expiry', () => {
     await clockMovesOn();
     await store.commitTurn(id, 'lease-1', { calls: [clientCall('call-1')] });
     await clockMovesOn();
-    for (const input of ['f1', 'f2']) await store.queueInput(id, 'follow_up', { input_id: input, content: input }, 10);
+    for (const input of ['f1', 'f2', 'f3']) await store.queueInput(id, 'follow_up', { input_id: input, content: input }, 10);
     await store.queueInput(id, 'steer', { input_id: 's1', content: 'steer' }, 10);
     const started1 = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followUp']);
 
@@ -102,21 +102,22 @@ describe('session keys\' expiry', () => {
     const parked = await expireTogether(id, ['meta', 'events', 'transcript', 'calls', 'steer', 'followUp']);
     expect(parked).toBeGreaterThan(started1 + 3_000_000);
 
-    // The client cancels: the turn ends early, its queued inputs stay. The next turn's start gives every key the
-    // idle TTL from now, the queues too, shorter than the park's.
+    // The client cancels: the turn ends early, the steer meant for it is dropped and the first follow-up starts
+    // turn 2 in the same step, which gives every key the idle TTL from now, the queue too, shorter than the park's.
     await clockMovesOn();
-    expect(await store.cancelTurn(id, 'cancelled')).not.toBeNull();
-    const wake2 = await store.startTurn(id, { message_id: 'm2', content: 'second' });
-    const started2 = await expireTogether(id, ['meta', 'events', 'transcript', 'steer', 'followUp']);
+    const { wake: wake2 } = (await store.cancelTurn(id, 'cancelled'))!;
+    expect(wake2).toBe(wake1 + 1);
+    const started2 = await expireTogether(id, ['meta', 'events', 'transcript', 'followUp']);
     expect(started2).toBeLessThan(parked);
     expect(started2).toBeGreaterThan(started1);
 
-    // Turn 2 takes the steer and ends: the first follow-up starts turn 3, the second stays queued with the rest.
+    // Turn 2 takes a steer and ends: the second follow-up starts turn 3, the third stays queued with the rest.
     expect((await store.claimTurn(id, wake2, 'lease-2', 'host')).kind).toBe('taken');
+    await store.queueInput(id, 'steer', { input_id: 's2', content: 'steer' }, 10);
     expect(await store.deliverSteering(id, 'lease-2')).toBe(1);
     await clockMovesOn();
     expect(await store.finishTurn(id, 'lease-2', {}, 'end_turn')).toMatchObject({ kind: 'ended', next: wake2 + 1 });
-    expect((await store.getSession(id))!.queued_follow_ups.map((f) => f.input_id)).toEqual(['f2']);
+    expect((await store.getSession(id))!.queued_follow_ups.map((f) => f.input_id)).toEqual(['f3']);
     const started3 = await expireTogether(id, ['meta', 'events', 'transcript', 'followUp']);
     expect(started3).toBeGreaterThan(started2);
 

@@ -362,16 +362,21 @@ export class SessionStore {
     return parseCalls(await this.redis.hvals(this.keys.session(sessionId).calls)).sort((a, b) => a.order - b.order);
   }
 
-  /** Ends the turn in progress; null when none was. `onlyWake` limits it to that turn's job. */
-  async cancelTurn(sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {}): Promise<EndedTurn | null> {
-    const [code, startedAt] = await this.endingTurn(sessionId, () => this.scripts.cancelTurn(
-      ...this.k(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
+  /**
+   * Ends the turn in progress; null when none was. `onlyWake` limits it to that turn's job. Inputs queued behind it
+   * start the next turn (a cancelled turn's steers are dropped first): `wake` names its job to enqueue, or is 0.
+   */
+  async cancelTurn(
+    sessionId: string, stopReason: string, opts: { error?: { code: string; message: string; retryable: boolean }; onlyWake?: number } = {},
+  ): Promise<(EndedTurn & { wake: number }) | null> {
+    const [code, startedAt, wake] = await this.endingTurn(sessionId, () => this.scripts.cancelTurn(
+      ...this.k8(sessionId), sessionId, stopReason, this.maxEvents, this.keys.sessionAppended(sessionId), this.keys.cancelChannel(),
       opts.error ? JSON.stringify(opts.error) : '', opts.onlyWake === undefined ? '' : String(opts.onlyWake),
     ));
     if (code < 0) throw scriptError(code, 'cancel turn');
     if (code !== 1) return null;
     await this.unpark(sessionId);
-    return { started_at: startedAt ?? 0 };
+    return { started_at: startedAt ?? 0, wake: wake ?? 0 };
   }
 
   /** Closes the session (`already`: it was closed before) and ends its turn in progress, if any (`endedTurn`). */

@@ -116,10 +116,11 @@ export class SessionJobProcessor {
 
   /**
    * Ends the turn of a job that is given up on (it met Redis outages, or lost its worker, too often) in a retryable
-   * error, if `wake` is still the session's turn, and counts it with its duration. The one give-up write for both.
+   * error, if `wake` is still the session's turn (what was queued behind it starts the next turn), and counts it with
+   * its duration. The one give-up write for both.
    */
   async giveUpTurn({ sessionId, wake }: Pick<SessionTurnJobData, 'sessionId' | 'wake'>, error: { code: string; message: string }): Promise<void> {
-    const ended = await this.deps.store.cancelTurn(sessionId, 'error', { error: { ...error, retryable: true }, onlyWake: wake });
+    const ended = await this.deps.runner.giveUp(sessionId, wake, error);
     if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
   }
 }

@@ -84,14 +84,16 @@ local function continueWithQueued(sessionId, maxLen, channel)
   return wake
 end
 
--- Drops every queued input with its input_dropped event; returns how many.
-local function dropInputs(sessionId, maxLen, channel, reason)
-  local n = 0
-  for _, pair in ipairs({ { steerKey, 'steer' }, { followKey, 'follow_up' } }) do
-    for _, input in ipairs(takeInputs(pair[1], 'all')) do
-      appendEvent(sessionId, maxLen, channel, 'input_dropped', cjson.encode({ input_id = input.input_id, kind = pair[2], reason = reason }))
-      n = n + 1
-    end
+-- Drops every input queued in `key` (of `kind`) with its input_dropped event; returns how many.
+local function dropQueued(sessionId, maxLen, channel, key, kind, reason)
+  local inputs = takeInputs(key, 'all')
+  for _, input in ipairs(inputs) do
+    appendEvent(sessionId, maxLen, channel, 'input_dropped', cjson.encode({ input_id = input.input_id, kind = kind, reason = reason }))
   end
-  return n
+  return #inputs
+end
+
+-- Drops every queued input, steers and follow-ups, with its input_dropped event; returns how many.
+local function dropInputs(sessionId, maxLen, channel, reason)
+  return dropQueued(sessionId, maxLen, channel, steerKey, 'steer', reason) + dropQueued(sessionId, maxLen, channel, followKey, 'follow_up', reason)
 end
