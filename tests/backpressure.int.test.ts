@@ -1,5 +1,6 @@
 // Backpressure at the edges (invariant 3): a watcher that stops reading is closed with a resumable cursor once it
-// falls CADRE_WATCHER_BUFFER events behind, while the other watchers of the same task keep receiving everything.
+// falls CADRE_WATCHER_BUFFER events behind, while the other watchers of the same task keep receiving everything;
+// a bidi call whose client sends requests but does not read their answers stops being read.
 // The stalled readers are real clients that stop reading their socket, so HTTP/2 flow control (gRPC) and TCP
 // (SSE) push back on the gateway's writes exactly as a slow network would.
 import http from 'node:http';
@@ -8,13 +9,17 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertContiguous, grpcClient, watchTeam, TEST_API_KEY } from '@cadre/testing';
 import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
-import type { AgentServiceClient, TeamEventProto } from '@cadre/protocol';
+import { SessionRequest, kontekst, type AgentServiceClient, type DeepPartial, type SessionResponse, type TeamEventProto } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
 
 const BUFFER = 16;
 /** Large enough that the burst overflows every socket and flow-control buffer between gateway and client. */
 const BURST = 400;
 const PAYLOAD = JSON.stringify({ blob: 'x'.repeat(16 * 1024) });
+/** Requests a client sends without reading: their answers are far more than HTTP/2's windows and buffers hold. */
+const FLOOD = 10_000;
+/** What fills each flooding request to 1 KiB, so that they too outgrow the windows many times over. */
+const KIB = 'x'.repeat(1024);
 
 let stack: TestStack;
 let store: TaskStore;
@@ -160,3 +165,85 @@ describe('a watcher that stops reading', () => {
     expect(payload.last_seq).toBeLessThan(lastSeq);
   });
 });
+
+describe('a client that sends requests without reading the answers', () => {
+  it('over gRPC StreamSession is held back by flow control, then answered in order once it reads', async () => {
+    const call = client.streamSession(metadata());
+    const frames: SessionResponse[] = [];
+    call.on('data', (frame: SessionResponse) => frames.push(frame));
+    // A client that stops reading: its answers wait in the HTTP/2 windows and then in the gateway.
+    call.pause();
+    const status = new Promise<grpc.StatusObject>((resolve) => {
+      call.on('error', () => undefined); // the status carries the code
+      call.on('status', resolve);
+    });
+    call.write(SessionRequest.fromPartial({ request: { $case: 'start', value: { environmentId: 'demo' } } }));
+    // Each request is answered in band: a Pong, or (roz's media, which Cadre does not serve) SessionError unimplemented.
+    const answers: string[] = [];
+    let taken = 0;
+    for (let i = 0; i < FLOOD; i++) {
+      const ping = i % 100 === 99;
+      const request: DeepPartial<SessionRequest>['request'] = ping ? { $case: 'ping', value: {} } : { $case: 'webrtcAnswer', value: { hostId: 'h', sdp: KIB } };
+      call.write(SessionRequest.fromPartial({ request }), () => taken++);
+      answers.push(ping ? 'pong' : 'unimplemented');
+    }
+
+    // The gateway stops reading a call whose answers cannot go out: the client's writes stall (their callbacks wait)
+    // far short of the flood. On main all were taken, the answers piling up in the gateway's write buffer.
+    await untilStill(() => taken, FLOOD);
+    expect(taken).toBeLessThan(FLOOD / 2);
+
+    // Once the client reads, every request is answered, in the order sent, and the call ends OK on its half-close.
+    call.resume();
+    call.end();
+    expect((await status).code).toBe(grpc.status.OK);
+    expect(taken).toBe(FLOOD);
+    const inBand = frames.filter((f) => f.response?.$case === 'pong' || f.response?.$case === 'error');
+    expect(inBand.map((f) => (f.response?.$case === 'error' ? f.response.value.code : 'pong'))).toEqual(answers);
+    expect(frames.filter((f) => f.response?.$case === 'sessionStarted')).toHaveLength(1);
+  });
+
+  it('over kontekst Run likewise (the same call handling)', async () => {
+    const runs = new kontekst.AgentServiceClient(stack.grpcTarget, grpc.credentials.createInsecure());
+    const call = runs.run(metadata());
+    const events: string[] = [];
+    call.on('data', (e: kontekst.RunEvent) => events.push(e.event?.$case ?? ''));
+    call.pause();
+    const status = new Promise<grpc.StatusObject>((resolve) => {
+      call.on('error', () => undefined);
+      call.on('status', resolve);
+    });
+    const start = (prompt: string): kontekst.RunCommand => ({ command: { $case: 'start', value: { prompt, sessionId: '', agentName: '', workingDir: '' } } });
+    call.write(start('flood'));
+    // A start after the first is answered RunFailed "run already started"; the run goes on.
+    let taken = 0;
+    for (let i = 0; i < FLOOD; i++) call.write(start(KIB), () => taken++);
+
+    await untilStill(() => taken, FLOOD);
+    expect(taken).toBeLessThan(FLOOD / 2);
+
+    // Once it reads, every start is answered in order, then its cancel (sent last) ends the run.
+    call.resume();
+    call.write({ command: { $case: 'cancel', value: {} } });
+    expect((await status).code).toBe(grpc.status.OK);
+    expect(taken).toBe(FLOOD);
+    expect(events).toEqual(['started', ...Array<string>(FLOOD).fill('failed'), 'cancelled']);
+    runs.close();
+  });
+});
+
+/**
+ * Resolves once `count()` reaches `total`, or has not moved for `stillMs`: a stall is progress that stops, so it
+ * can only be seen as a while without any.
+ */
+async function untilStill(count: () => number, total: number, stillMs = 1_000): Promise<void> {
+  let last = -1;
+  let since = Date.now();
+  while (count() < total && Date.now() - since < stillMs) {
+    if (count() !== last) {
+      last = count();
+      since = Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -5,6 +5,14 @@ import type { LogWatcher } from '@cadre/store';
 import type { Principal } from '../auth.ts';
 import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
 
+/**
+ * Requests a call may have waiting to be handled (one at a time) before the gateway stops reading it. Its read
+ * buffer (grpc-js's object-mode stream) holds 16 more, so a call holds at most 32 requests, as a /ws socket, each
+ * within grpc-js's 4 MB message limit. Past that HTTP/2 flow control holds the client's writes back: nothing is
+ * dropped or refused, so unlike /ws no cap ends the call.
+ */
+const MAX_WAITING_REQUESTS = 16;
+
 /** What every session edge's call needs from the gateway. */
 export interface BidiCallDeps {
   logger: Logger;
@@ -26,6 +34,10 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
   protected done = false;
   /** The requests so far: each is handled once the one before it has been. */
   protected chain: Promise<void> = Promise.resolve();
+  /** Requests in `chain` not handled yet. */
+  private waiting = 0;
+  /** Aborted when the call ends: a request waiting for room stops waiting. */
+  private readonly ended = new AbortController();
   protected readonly call: grpc.ServerDuplexStream<Req, Res>;
   /** The edge's dependencies, the shared ones (BidiCallDeps) and the subclass's own. */
   protected readonly deps: Deps;
@@ -43,6 +55,8 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
   /**
    * Counts the call, ends it on a drain (one already under way included), handles its requests in order, and stops
    * it on the call's 'error' (grpc-js's own, e.g. a request it cannot decode, or the status `fail` sends).
+   * A client that sends faster than its requests are handled, or that does not read their answers, is not read
+   * further once MAX_WAITING_REQUESTS wait: the call is paused until they are handled.
    */
   protected listen(): void {
     this.deps.onOpen();
@@ -50,7 +64,12 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
     // A call that reached a connection the gateway drains already (a stream opened before its GOAWAY arrived).
     if (this.deps.draining.aborted) this.drain();
     this.call.on('data', (request: Req) => {
-      this.chain = this.chain.then(() => this.handle(request)).catch((err: unknown) => this.fail(err));
+      if (++this.waiting >= MAX_WAITING_REQUESTS) this.call.pause();
+      // A client that does not read its answers is not answered further until it does (grpc-js would buffer them
+      // without limit): its requests wait, and once MAX_WAITING_REQUESTS do, its writes.
+      this.chain = this.chain.then(() => this.room()).then(() => this.handle(request)).catch((err: unknown) => this.fail(err)).finally(() => {
+        if (--this.waiting < MAX_WAITING_REQUESTS && this.call.isPaused()) this.call.resume();
+      });
     });
     this.call.on('error', () => this.stop());
   }
@@ -85,6 +104,22 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
     if (!this.call.cancelled) this.call.end();
   }
 
+  /** Resolves once the call's writes hold less than its high-water mark (its 'drain'), or the call has ended. */
+  private room(): Promise<void> {
+    if (this.done || this.call.cancelled || !this.call.writableNeedDrain) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.call.off('drain', done);
+        this.call.off('close', done);
+        this.ended.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      this.call.on('drain', done);
+      this.call.on('close', done);
+      this.ended.signal.addEventListener('abort', done);
+    });
+  }
+
   /** The gateway drains: the call ends with a status its client retries on another gateway (from its last seq). */
   private readonly drain = (): void => this.fail(new ApiError('unavailable', GATEWAY_SHUTTING_DOWN));
 
@@ -92,6 +127,7 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
   protected stop(): void {
     if (this.done) return;
     this.done = true;
+    this.ended.abort();
     this.deps.draining.removeEventListener('abort', this.drain);
     this.stopped();
     void this.watcher?.return();
