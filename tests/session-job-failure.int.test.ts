@@ -35,6 +35,11 @@ async function refuseWritesForMemory(): Promise<{ restore: () => Promise<unknown
   return { restore: () => admin.config('SET', 'maxmemory', '0') };
 }
 
+/** Replies Redis has refused with OOM since it started (INFO errorstats). */
+async function oomErrors(): Promise<number> {
+  return Number(/errorstat_OOM:count=(\d+)/.exec(await admin.info('errorstats'))?.[1] ?? 0);
+}
+
 describe('a turn job that fails with an unexpected error', () => {
   it('ends the turn in a retryable internal_error, and the session takes the next message', async () => {
     const api = httpClient(stack.url);
@@ -44,6 +49,9 @@ describe('a turn job that fails with an unexpected error', () => {
     const oom = await refuseWritesForMemory();
     await waitUntil('the turn job to fail', async () => (await queue.getFailedCount()) === 1);
     expect(workerLog.find((l) => l.msg === 'session turn failed')?.err?.message).toMatch(/^OOM /);
+    // Redis refuses the turn's ending too while it is still out of memory: the worker tries it again once it is not.
+    const refused = await oomErrors();
+    await waitUntil('a write refused after the job failed (the turn\'s ending)', async () => (await oomErrors()) > refused);
     await oom.restore();
 
     const evs = await sessionEventsWhen(stack.url, id, (all) => all.some((e) => e.event_type === 'turn_complete'));

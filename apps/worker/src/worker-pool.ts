@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
@@ -143,11 +144,14 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       // A failed attempt with attempts left goes back to the queue (BullMQ's retry) and the next one resumes it.
       if (job.attemptsMade < (job.opts.attempts ?? 1) || job.name !== SESSION_TURN_JOB) return;
       // The processor threw what it had no answer for (Redis refusing writes for want of memory, a bug): the turn's
-      // end must still be written, or the session stays running for good behind the dead job's lease. Redis took
-      // the job's failure, so it takes writes again; the error itself is in the worker's log, not for the client.
+      // end must still be written, or the session stays running for good behind the dead job's lease. What refused
+      // the turn's write may refuse this one too (Redis still over maxmemory): it is retried for a while. The error
+      // itself is in the worker's log, not for the client.
       const error = { code: 'internal_error', message: 'the turn failed with an unexpected error; send the message again' };
       const turn = job.data as SessionTurnJobData;
-      void sessions.giveUpTurn(turn, error).catch((e: unknown) => logger.error({ err: e, sessionId: turn.sessionId }, 'could not end a failed turn'));
+      void retryRefusedWrite(() => sessions.giveUpTurn(turn, error)).catch((e: unknown) => {
+        if (!(e instanceof StoreError)) logger.error({ err: e, sessionId: turn.sessionId }, 'could not end a failed turn');
+      });
       return;
     }
     // A job that lost its worker too often is failed by BullMQ's stall check, not by our processor: record it.
@@ -208,6 +212,22 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     },
   };
 }
+
+/**
+ * Runs `write` until it succeeds, a StoreError says it no longer applies, or GIVE_UP_RETRIES retries (doubling from
+ * 500 ms, ~30 s in all) have failed. The waits do not keep the process alive.
+ */
+async function retryRefusedWrite(write: () => Promise<void>): Promise<void> {
+  for (let retry = 0; ; retry++) {
+    try {
+      return await write();
+    } catch (err) {
+      if (err instanceof StoreError || retry === GIVE_UP_RETRIES) throw err;
+      await sleep(500 * 2 ** retry, undefined, { ref: false });
+    }
+  }
+}
+const GIVE_UP_RETRIES = 6;
 
 /** Whether `promise` settled (either way) within `ms`; it goes on regardless. */
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
