@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { TEST_API_KEY, httpClient, pollUntilTerminal, runsCall } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, pollUntilTerminal, runsCall, waitUntil } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 import { launchBrowser, type TestBrowser } from './support/browser.ts';
 import { createTaskNeedingApprovals } from './support/approvals.ts';
@@ -327,6 +327,23 @@ describe('the board', () => {
     await page.locator('ol.log li[data-type="turn_complete"]').waitFor({ timeout: 15_000 });
     expect(await page.locator('.conversation li.agent').textContent()).toContain('using 1 tool result(s): 42');
     await page.getByRole('region', { name: 'Waiting for your approval' }).waitFor({ state: 'hidden' });
+  });
+
+  it('lists a session\'s pending approval in the Approvals tab, linked to its session, and approves it there; the turn finishes', async () => {
+    const ws = newWorkspace();
+    const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: ws, approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] } });
+    const sessionId = created.body.session.session_id;
+    await useWorkspace(ws);
+    await page.getByRole('link', { name: 'Approvals' }).click();
+    await page.getByText('No pending approvals.').waitFor();
+    await api.post(`/api/sessions/${sessionId}/messages`, { content: 'What is 6*7? [[scripted:call=calculate({"expression":"6*7"})]]' });
+    const approve = page.getByRole('button', { name: `Approve calculate for session ${sessionId.slice(0, 8)}` });
+    await approve.waitFor({ timeout: 20_000 });
+    expect(await page.getByRole('link', { name: `Session ${sessionId.slice(0, 8)}` }).getAttribute('href')).toBe(`#/sessions/${sessionId}`);
+    await approve.click();
+    await page.getByText(`Approved calculate for session ${sessionId.slice(0, 8)}.`).waitFor();
+    await page.getByText('No pending approvals.').waitFor();
+    await waitUntil('the turn to finish', async () => (await api.get<{ events: { event_type: string }[] }>(`/api/sessions/${sessionId}/events`)).body.events.some((e) => e.event_type === 'turn_complete'));
   });
 
   it('says a task or session it cannot load is not there, instead of "connecting…" for ever, and offers nothing to press', async () => {

@@ -219,7 +219,7 @@ describe('cadre', () => {
     for (const taskId of [two, one]) expect((await pollUntilTerminal(stack.url, taskId)).at(-1)!.event_type).toBe('task_completed');
   });
 
-  it('lists and approves a session\'s pending approval with --session', async () => {
+  it('lists a session\'s pending approval with --session and in the workspace\'s inbox, and approves it by the listed id', async () => {
     const ws = newWorkspace();
     const api = httpClient(stack.url);
     const created = await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: ws, approval_policy: { rules: [{ tool: 'calculate', action: 'ask' }] } });
@@ -230,13 +230,18 @@ describe('cadre', () => {
 
     const table = await cadre(['-w', ws, 'approvals', 'list', '--session', sessionId]);
     expect(table.code, table.stderr).toBe(0);
-    expect(table.stdout.trim().split('\n')[1]).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12}\\s+pending\\s+session ${sessionId}\\s+—\\s+calculate\\s`));
-    expect((await cadre(['-w', ws, 'approvals', 'list'])).stdout).toContain(`no pending approvals in ${ws}`);
-    const approved = await cadre(['-w', ws, 'approvals', 'approve', '--all', '--session', sessionId]);
+    const row = new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12}\\s+pending\\s+session ${sessionId}\\s+—\\s+calculate\\s`);
+    expect(table.stdout.trim().split('\n')[1]).toMatch(row);
+    // The workspace's inbox lists it too (its one row; the time left may have ticked on), and its id there decides it.
+    const inbox = (await cadre(['-w', ws, 'approvals', 'list'])).stdout.trim().split('\n').slice(1);
+    expect(inbox).toEqual([expect.stringMatching(row)]);
+    const approvalId = inbox[0]!.split(/\s+/)[0]!;
+    const approved = await cadre(['-w', ws, 'approvals', 'approve', approvalId]);
     expect(approved.code, approved.stderr).toBe(0);
     expect(approved.stdout.trim()).toMatch(new RegExp(`^s\\.${sessionId}\\.[0-9a-f]{12} approved calculate for session ${sessionId}$`));
     await waitUntil('the turn to complete', async () => (await sessionEvents()).some((e) => e.event_type === 'turn_complete'));
     expect((await sessionEvents()).find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ status: 'approved' });
+    expect((await cadre(['-w', ws, 'approvals', 'list'])).stdout).toContain(`no pending approvals in ${ws}`);
   });
 
   it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {

@@ -344,6 +344,55 @@ describe('session approvals', () => {
     }
   });
 
+  it('a session\'s pending approval is in its workspace\'s inbox listing, is decided by the listed id (one and in bulk by filter), then leaves it; another workspace never sees it', async () => {
+    const pool = await stack.addWorkerPool();
+    try {
+      const ws = 'sess-inbox';
+      const pendingIn = async (workspace: string, via = api(), status = 'pending'): Promise<Approval[]> => {
+        const res = await via.get<{ approvals: Approval[] }>(`/api/approvals?workspace_id=${workspace}${status ? `&status=${status}` : ''}`);
+        expect(res.status).toBe(200);
+        return res.body.approvals;
+      };
+      const sessionId = await httpSession([{ tool: 'calculate', action: 'ask', timeout_secs: 120 }], ws);
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('5+5')}` });
+      const asked = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested')).find((e) => e.event_type === 'approval_requested')!;
+      await parkedWithNoActiveJob(sessionId);
+
+      // No task or run in the workspace: the workspace's listing finds the session's approval all the same.
+      const listed = await pendingIn(ws, second());
+      expect(listed).toEqual([expect.objectContaining({
+        approval_id: asked.payload.approval_id, session_id: sessionId, workspace_id: ws, call_id: asked.payload.tool_call_id, tool_name: 'calculate', status: 'pending',
+      })]);
+      expect((await pendingIn(ws, api(), '')).map((a) => a.approval_id)).toEqual([asked.payload.approval_id]);
+      const other = httpClient(stack.url, OTHER_KEY);
+      expect((await pendingIn('other', other)).map((a) => a.approval_id)).not.toContain(asked.payload.approval_id);
+      expect((await other.get(`/api/approvals?workspace_id=${ws}&status=pending`)).status).toBe(403);
+
+      // Decided by the id the listing gave (on the other gateway): it leaves the listing and the turn goes on.
+      const decided = await second().post<{ approval: Approval }>(`/api/approvals/${listed[0]!.approval_id}/decision`, { approved: true });
+      expect(decided.status).toBe(200);
+      expect(await pendingIn(ws)).toEqual([]);
+      expect(text(await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete'))).toContain('10');
+
+      // The next turn's ask, decided in bulk by the workspace filter (what `cadre approvals deny --all` sends).
+      await api().post(`/api/sessions/${sessionId}/messages`, { content: `Sum ${CALC('6+6')}` });
+      const next = (await eventsUntil(sessionId, (e) => e.event_type === 'approval_requested' && e.payload.approval_id !== asked.payload.approval_id))
+        .filter((e) => e.event_type === 'approval_requested').at(-1)!;
+      await parkedWithNoActiveJob(sessionId);
+      expect((await pendingIn(ws)).map((a) => a.approval_id)).toEqual([next.payload.approval_id]);
+      const bulk = await api().post<{ results: { approval_id: string; outcome: string; approval?: Approval }[] }>(
+        '/api/approvals/decisions', { filter: { workspace_id: ws }, approved: false, reason: 'not now' },
+      );
+      expect(bulk.status).toBe(200);
+      expect(bulk.body.results).toEqual([expect.objectContaining({ approval_id: next.payload.approval_id, outcome: 'decided', approval: expect.objectContaining({ status: 'denied' }) })]);
+      expect(await pendingIn(ws)).toEqual([]);
+      await eventsUntil(sessionId, (e) => e.event_type === 'turn_complete' && e.seq > next.seq);
+    } finally {
+      await pool.close(0);
+      stack.pools.splice(stack.pools.indexOf(pool), 1);
+    }
+  });
+
   it('a pending approval times out through a delayed job: the model gets "approval timed out"', async () => {
     const pool = await stack.addWorkerPool();
     try {

@@ -262,6 +262,21 @@ export class ApprovalStore {
     }
   }
 
+  /**
+   * Puts approvals in the workspace's pending index ahead of the owner's script that asks them (`add`), or takes
+   * out those that script then refused (`remove`): a session's, whose script runs in another slot
+   * (lua/indexPendingApprovals-1.lua). Never throws, as announce: a failure goes to `onInboxFailed`, and the
+   * announcement after the owner's script indexes the approvals again.
+   */
+  async indexPending(workspaceId: string, op: 'add' | 'remove', records: readonly Pick<ApprovalRecord, 'approval_id' | 'expires_at'>[]): Promise<void> {
+    if (records.length === 0) return;
+    try {
+      await this.scripts.indexPendingApprovals(this.keys.approvalInbox(workspaceId).meta, op, JSON.stringify(records.map((r) => [r.approval_id, r.expires_at])));
+    } catch (err) {
+      this.inboxFailed(err, `workspace ${workspaceId}`);
+    }
+  }
+
   /** Reports an announcement that could not be made (`about`: whose); the session store's reads for one too. */
   inboxFailed(err: unknown, about: string): void {
     this.onInboxFailed?.(err, about);
@@ -281,6 +296,16 @@ export class ApprovalStore {
     const total: Record<ApprovalOwnerKind, number> = { task: 0, session: 0, run: 0 };
     for (const [kind, n] of counts) total[kind] += n;
     return total;
+  }
+
+  /**
+   * The ids of the workspace's approvals of one owner kind waiting now, by the pending index (deadline from now on):
+   * the inbox listing's way to a session's pending approvals, which no per-workspace list of sessions holds. The
+   * index is a list of candidates, the owner's record the truth: a decision whose announcement was lost leaves its
+   * id here until its deadline, so a caller reads each record before it shows one.
+   */
+  async pendingIds(workspaceId: string, kind: ApprovalOwnerKind): Promise<string[]> {
+    return this.redis.zrangebyscore(this.keys.approvalsPending(workspaceId)[kind], Date.now(), '+inf');
   }
 
   async readInbox(workspaceId: string, afterSeq: number, limit: number): Promise<ApprovalInboxEvent[]> {

@@ -27,7 +27,9 @@ import { createHash } from 'node:crypto';
  *   <prefix>:{w:<ws>}:approvals:meta|events  the workspace's approvals inbox log (hash with `seq`, stream
  *                              `<seq>-0`): approval_requested / approval_decided with the record (SSE inbox)
  *   <prefix>:{w:<ws>}:approvals:pending:task|session|run  zset: pending approval id → its deadline (ms), kept
- *                              with the inbox (lua/includes/approval-inbox.lua); cadre_approvals_pending counts it
+ *                              with the inbox (lua/includes/approval-inbox.lua; a session's asks also indexed
+ *                              before their script, lua/indexPendingApprovals-1.lua); expires a day past its latest
+ *                              deadline; cadre_approvals_pending counts it, the inbox listing finds sessions' by it
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs, tasks or approvals (lease sweeper, stop-all,
  *                              the pending-approvals gauge)

@@ -148,6 +148,7 @@ export interface StoreScripts {
   setApprovalPolicy(...args: ScriptArg[]): Promise<number>;
   /** [last seq, ids of the approvals its decisions took out of the pending index] */
   appendInbox(...args: ScriptArg[]): Promise<[number, string[]]>;
+  indexPendingApprovals(...args: ScriptArg[]): Promise<number>;
   askRunApprovals(...args: ScriptArg[]): Promise<number>;
   decideRunApproval(...args: ScriptArg[]): Promise<[number, string?]>;
 }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestRedis, waitUntil, type TestRedis, type TestRedisClient } from '@cadre/testing';
 import { KeyBuilder } from './keys.ts';
+import { ApprovalStore } from './approval-store.ts';
 import { SessionStore } from './session-store.ts';
 import type { ClientCall } from './session-types.ts';
 
@@ -210,5 +211,33 @@ describe('session keys\' expiry', () => {
     const at = await redis.pexpiretime(keys.session(id).followUp);
     expect(at).toBeGreaterThanOrEqual(before + IDLE_TTL_SEC * 1000);
     expect(at).toBeLessThanOrEqual(after + IDLE_TTL_SEC * 1000);
+  });
+});
+
+describe('a session\'s pending approvals in its workspace\'s pending index', () => {
+  it('are indexed before the script that asks them, so a lost announcement loses none; a refused commit leaves none; the index expires', async () => {
+    const approvals = new ApprovalStore({ redis, keys });
+    // The process dies right after each of its scripts: no announcement ever reaches the inbox.
+    const silent = new SessionStore({
+      redis, keys, idleTtlSec: IDLE_TTL_SEC, retentionSec: RETENTION_SEC,
+      inbox: { announce: async () => {}, indexPending: (ws, op, records) => approvals.indexPending(ws, op, records), inboxFailed: (err) => { throw err; } },
+    });
+    const { session_id: id } = await silent.createSession({
+      workspace_id: 'ws-index', model: 'm', tools: [], transcript: [], project_context: [], system_context: '', max_context_tokens: 1000, approval_policy: [], stop_on_denial: false,
+    });
+    const wake = await silent.startTurn(id, { message_id: 'm1', content: 'sum' });
+    await silent.claimTurn(id, wake, 'lease-1', 'host');
+
+    const refused = askingCall('call-refused');
+    await expect(silent.commitTurn(id, 'lease-lost', { calls: [refused] })).rejects.toMatchObject({ code: 'lease_lost' });
+    expect(await approvals.pendingIds('ws-index', 'session')).toEqual([]);
+
+    const asked = askingCall('call-asked');
+    await silent.commitTurn(id, 'lease-1', { calls: [asked] });
+    expect(await approvals.pendingIds('ws-index', 'session')).toEqual([asked.approval!.approval_id]);
+    expect(await approvals.pendingIds('ws-other', 'session')).toEqual([]);
+    // Kept a day past the deadline (then the listing has long stopped showing it), never for ever.
+    const expiresAt = await redis.pexpiretime(keys.approvalsPending('ws-index').session);
+    expect(expiresAt).toBe(asked.approval!.expires_at + 86_400_000);
   });
 });

@@ -24,7 +24,7 @@ export interface SessionStoreOptions {
    * decides or cancels, right after that script (the inbox lives in another slot). Without it, a session's
    * approvals stay in its own log.
    */
-  inbox?: Pick<ApprovalStore, 'announce' | 'inboxFailed'>;
+  inbox?: Pick<ApprovalStore, 'announce' | 'indexPending' | 'inboxFailed'>;
 }
 
 /** One step of a running turn, committed atomically and fenced by the attempt's lease (lua/commitTurn-4.lua). */
@@ -246,13 +246,28 @@ export class SessionStore {
   /** Commits one step of the turn held by `lease`; returns the last seq appended. Throws lease_lost when fenced. */
   async commitTurn(sessionId: string, lease: string, step: TurnCommit): Promise<number> {
     const events = (step.events ?? []).map((e) => ({ t: e.event_type, p: JSON.stringify(e.payload) }));
+    const asked = (step.calls ?? []).filter((c) => c.approval?.status === 'pending');
+    // The workspace's pending index names the approvals before the script asks them, and the inbox listing finds a
+    // session's pending approvals there: so it finds every one, even when this process dies right after the script
+    // (before its announcement). Those the script refuses are taken out again (their ids are new, never recorded).
+    const head = asked.length > 0 ? await this.inboxHead(sessionId) : null;
+    const views = head ? asked.map((c) => approvalView(head.workspace_id, sessionId, c)) : [];
+    if (head) await this.inbox!.indexPending(head.workspace_id, 'add', views);
+    const unindex = async (): Promise<void> => {
+      if (head) await this.inbox!.indexPending(head.workspace_id, 'remove', views);
+    };
     const seq = await this.scripts.commitTurn(
       ...this.k(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.keys.sessionAppended(sessionId),
-    );
-    if (seq < 0) throw scriptError(seq, 'commit turn');
-    const asked = (step.calls ?? []).filter((c) => c.approval?.status === 'pending');
-    if (asked.length > 0) await this.announce(sessionId, 'approval_requested', asked);
+    ).catch(async (err: unknown) => {
+      await unindex();
+      throw err;
+    });
+    if (seq < 0) {
+      await unindex();
+      throw scriptError(seq, 'commit turn');
+    }
+    if (head) await this.inbox!.announce(head.workspace_id, 'approval_requested', views);
     return seq;
   }
 
@@ -418,9 +433,15 @@ export class SessionStore {
    * continuation and the caller's answer follow the script, whatever became of the announcement.
    */
   private async announce(sessionId: string, type: 'approval_requested' | 'approval_decided', calls: readonly ClientCall[]): Promise<void> {
-    if (!this.inbox || calls.length === 0) return;
-    const head = await this.sessionHead(sessionId).catch((err: unknown) => this.inbox!.inboxFailed(err, `session ${sessionId}`));
-    if (head) await this.inbox.announce(head.workspace_id, type, calls.map((c) => approvalView(head.workspace_id, sessionId, c)));
+    if (calls.length === 0) return;
+    const head = await this.inboxHead(sessionId);
+    if (head) await this.inbox!.announce(head.workspace_id, type, calls.map((c) => approvalView(head.workspace_id, sessionId, c)));
+  }
+
+  /** The session's workspace for the inbox; null without an inbox, or when it cannot be read (reported, as announce). */
+  private async inboxHead(sessionId: string): Promise<{ workspace_id: string } | null> {
+    if (!this.inbox) return null;
+    return (await this.sessionHead(sessionId).catch((err: unknown) => this.inbox!.inboxFailed(err, `session ${sessionId}`))) ?? null;
   }
 
   /** roz RegisterTools: replaces the source's tools; returns the session's client tool count. */

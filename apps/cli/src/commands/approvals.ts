@@ -29,7 +29,7 @@ export function approvalCommands(program: Command, client: () => CadreClient): v
     .description("the workspace's approvals (pending ones unless --status says otherwise), oldest first")
     .addOption(new Option('-s, --status <status>', 'only approvals with this status').choices(STATUSES).default('pending'))
     .option('-t, --task <task_id>', 'only this task\'s approvals')
-    .option('--session <session_id>', 'only this session\'s (of its current turn; the workspace inbox lists team tasks\' only)')
+    .option('--session <session_id>', 'only this session\'s, its earlier turns\' included (without it, a session\'s are listed while pending)')
     .option('--tool <name>', 'only approvals of this tool')
     .option('-n, --limit <n>', 'page size (1..200)', (v) => positiveInt(v, '--limit'), 50)
     .option('--cursor <cursor>', 'the next_cursor of a previous page')

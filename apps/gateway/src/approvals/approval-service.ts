@@ -103,7 +103,8 @@ export class ApprovalService {
 
   /**
    * The inbox, oldest first (then by id), a page at a time: approvals of the workspace's unfinished tasks (a
-   * finished task has no pending approval left), or of one task. `cursor` is the opaque `next_cursor` of the page
+   * finished task has no pending approval left), active runs and sessions' pending ones, or of one task, run or
+   * session. `cursor` is the opaque `next_cursor` of the page
    * before; the order is stable, so a record asked after a page was read comes on a later page.
    */
   async list(principal: Principal, q: ApprovalFilter & { cursor?: string; limit?: number }): Promise<{ approvals: ApprovalView[]; next_cursor: string | null }> {
@@ -128,13 +129,29 @@ export class ApprovalService {
     } else if (q.task_id !== undefined) {
       all = await this.deps.approvals.ofTask(q.task_id);
     } else {
-      // The workspace's unfinished tasks and active runs (a finished one has no pending approval left).
-      const [taskIds, runIds] = await Promise.all([this.deps.store.activeTaskIds(q.workspace_id), this.deps.runs.activeRunIds(q.workspace_id)]);
-      all = [...(await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat(), ...(await this.runApprovalsOf(runIds))];
+      // The workspace's unfinished tasks and active runs (a finished one has no pending approval left), and its
+      // sessions' approvals that wait now.
+      const [taskIds, runIds, sessionAsks] = await Promise.all([
+        this.deps.store.activeTaskIds(q.workspace_id), this.deps.runs.activeRunIds(q.workspace_id), this.pendingOfSessions(principal, q.workspace_id),
+      ]);
+      all = [...(await Promise.all(taskIds.map((id) => this.deps.approvals.ofTask(id)))).flat(), ...(await this.runApprovalsOf(runIds)), ...sessionAsks];
     }
     return all
       .filter((a) => a.workspace_id === q.workspace_id && (q.status === undefined || a.status === q.status) && (q.tool === undefined || a.tool_name === q.tool))
       .sort(compareApprovals);
+  }
+
+  /**
+   * The workspace's sessions' approvals that are pending now. No list of a workspace's sessions exists (a session
+   * lives in its own slot), so the workspace's pending index (kept beside its inbox log) names them, and each
+   * session's own record decides: an id whose decision the index missed is left out, as is one past its deadline.
+   * Only pending ones: a session's decided approvals are listed with session_id=.
+   */
+  private async pendingOfSessions(principal: Principal, workspaceId: string): Promise<SessionApprovalView[]> {
+    const ids = new Set(await this.deps.approvals.pendingIds(workspaceId, 'session'));
+    const sessionIds = new Set([...ids].map(sessionOfApproval).filter((id): id is string => id !== null));
+    const records = await Promise.all([...sessionIds].map((id) => this.deps.sessions.approvals(principal, id).catch(noSession)));
+    return records.flat().filter((a) => ids.has(a.approval_id) && a.status === 'pending');
   }
 
   /** Runs' approvals as they stand (a pending one past its deadline is expired as it is read). */

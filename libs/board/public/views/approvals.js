@@ -47,7 +47,7 @@ export function approvalsView(root) {
     try {
       const { decided, failed } = await approvalsApi.decideMany(ids, approved, reason.value.trim() || undefined);
       for (const id of ids) selected.delete(id);
-      const what = decided.length === 1 ? `${decided[0].tool_name} for ${decided[0].worker_id}` : `${decided.length} approval(s)`;
+      const what = decided.length === 1 ? `${decided[0].tool_name} for ${whose(decided[0])}` : `${decided.length} approval(s)`;
       say(`${verb} ${what}.${failed.length ? ` ${failed.length} could not be decided: ${failed.map((f) => f.message).join('; ')}` : ''}`);
     } catch (err) {
       say(`Could not decide: ${err.message}`);
@@ -56,7 +56,7 @@ export function approvalsView(root) {
   }
 
   const row = (a) => {
-    const label = `${a.tool_name} for ${a.worker_id}`;
+    const label = `${a.tool_name} for ${whose(a)}`;
     return h('tr', { 'data-testid': 'approval', 'data-approval-id': a.approval_id },
       h('td', {}, h('input', { type: 'checkbox', 'aria-label': `Select ${label}`, checked: selected.has(a.approval_id), onchange: (ev) => {
         if (ev.target.checked) selected.add(a.approval_id);
@@ -65,8 +65,10 @@ export function approvalsView(root) {
       } })),
       h('td', {}, h('strong', {}, a.tool_name)),
       h('td', { class: 'args', title: a.arguments }, clip(a.arguments, 80)),
-      h('td', {}, a.worker_id),
-      h('td', {}, h('a', { href: `#/tasks/${encodeURIComponent(a.task_id)}`, 'aria-label': `Task ${short(a.task_id)}` }, short(a.task_id))),
+      h('td', {}, a.worker_id || '—'),
+      h('td', {}, a.session_id
+        ? h('a', { href: `#/sessions/${encodeURIComponent(a.session_id)}`, 'aria-label': `Session ${short(a.session_id)}` }, `session ${short(a.session_id)}`)
+        : h('a', { href: `#/tasks/${encodeURIComponent(a.task_id)}`, 'aria-label': `Task ${short(a.task_id)}` }, short(a.task_id))),
       h('td', {}, a.reason || '—'),
       h('td', { class: 'num', 'data-expires-at': a.expires_at }, duration(a.expires_at - Date.now())),
       h('td', { class: 'actions' },
@@ -89,7 +91,7 @@ export function approvalsView(root) {
     toolbar.hidden = pending.length === 0;
     box.replaceChildren(pending.length
       ? h('table', { class: 'list', 'aria-label': 'Pending approvals' },
-        h('thead', {}, h('tr', {}, h('th', {}, selectAll), ...['Tool', 'Arguments', 'Worker', 'Task', 'Why it asks', 'Expires in', ''].map((t) => h('th', {}, t)))),
+        h('thead', {}, h('tr', {}, h('th', {}, selectAll), ...['Tool', 'Arguments', 'Worker', 'Task or session', 'Why it asks', 'Expires in', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, pending.map(row)))
       : h('p', { class: 'card' }, 'No pending approvals.'));
     drawToolbar();
@@ -149,4 +151,9 @@ export function approvalsView(root) {
       clearTimeout(timer);
     },
   };
+}
+
+/** Who waits on an approval: a team worker, or a session (whose approvals have no worker). */
+function whose(a) {
+  return a.worker_id || `session ${short(a.session_id)}`;
 }

@@ -19,16 +19,31 @@ local function approvalKind(approvalId)
   return 'task'
 end
 
+-- The pending index the approval belongs in.
+local function pendingKey(base, approvalId)
+  return base .. ':approvals:pending:' .. approvalKind(approvalId)
+end
+
+-- Indexes a pending approval until its deadline (ms), and drops the entries long past theirs.
+local function keepPending(pending, approvalId, deadline)
+  redis.call('ZADD', pending, deadline, approvalId)
+  redis.call('ZREMRANGEBYSCORE', pending, '-inf', nowMs() - PENDING_STALE_MS)
+  -- The index dies with its last entry's use: an entry whose decision never came (its announcement lost, its
+  -- session or task expired) would otherwise keep a workspace that asks no more in Redis for ever. NX gives the
+  -- key its first expiry, GT only ever moves it later, so a later deadline is never cut short by an earlier one.
+  redis.call('PEXPIREAT', pending, deadline + PENDING_STALE_MS, 'NX')
+  redis.call('PEXPIREAT', pending, deadline + PENDING_STALE_MS, 'GT')
+end
+
 -- Appends one transition (approval_requested | approval_decided, the record's JSON) and keeps the pending index.
 -- Returns the entry's seq and 1 when this decision took a pending approval out of the index (0: a repeated
 -- announcement, or a request the inbox never heard of), so a decision is counted once.
 local function appendInboxEntry(base, channel, eventType, encoded)
   local a = cjson.decode(encoded)
-  local pending = base .. ':approvals:pending:' .. approvalKind(a.approval_id)
+  local pending = pendingKey(base, a.approval_id)
   local decided = 0
   if eventType == 'approval_requested' then
-    redis.call('ZADD', pending, tonumber(a.expires_at) or 0, a.approval_id)
-    redis.call('ZREMRANGEBYSCORE', pending, '-inf', nowMs() - PENDING_STALE_MS)
+    keepPending(pending, a.approval_id, tonumber(a.expires_at) or 0)
   else
     decided = redis.call('ZREM', pending, a.approval_id)
   end
