@@ -179,6 +179,16 @@ describe('keys bound to workspaces (CADRE_API_KEYS)', () => {
     // That key is not valid on the gateway that does not configure it.
     expect((await createIn(urls.bound, TEST_API_KEY, 'ws1')).status).toBe(401);
   });
+
+  it('lists the workspaces (GET /api/workspaces) only to a key valid for every workspace: a bound key may not learn the others', async () => {
+    expect((await createIn(urls.allAndBound, KEY1, 'ws1')).status).toBe(201);
+    const all = await httpClient(urls.allAndBound, TEST_API_KEY).get<{ workspaces: string[] }>('/api/workspaces');
+    expect(all.status).toBe(200);
+    expect(all.body.workspaces).toContain('ws1');
+    expect(all.body.workspaces).toEqual([...all.body.workspaces].sort());
+    expectError(await httpClient(urls.allAndBound, KEY1).get('/api/workspaces'), 403, 'permission_denied', 'listing workspaces needs a key valid for every workspace');
+    expectError(await httpClient(urls.bound, 'wrong-key').get('/api/workspaces'), 401, 'unauthenticated', 'invalid API key');
+  });
 });
 
 describe('no key configured', () => {

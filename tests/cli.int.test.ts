@@ -155,6 +155,28 @@ describe('cadre', () => {
     expect(done.stdout).toContain(`task ${taskId}`);
   });
 
+  it('stop-all --all-workspaces without --yes lists what it would stop in every workspace, by workspace, and stops nothing', async () => {
+    const [wsRun, wsTask] = [newWorkspace(), newWorkspace()];
+    const created = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: wsRun, agent_id: 'a', query: 'everywhere', requested_by: 't', files: [], metadata: {} });
+    const runId = (created.body.run ?? created.body).run_id as string;
+    const taskId = (await httpClient(stack.url).post<{ task: { task_id: string } }>('/api/tasks', { workspace_id: wsTask, goal: 'Long [[scripted:delay=20000]]', team: { workers: [{ role: 'w' }] } })).body.task.task_id;
+
+    const dry = await cadre(['run', 'stop-all', '--all-workspaces']);
+    expect(dry.code, dry.stderr).toBe(2);
+    expect(dry.stdout).toMatch(/^stop-all in every workspace would stop \d+ run\(s\) and cancel \d+ task\(s\):$/m);
+    expect(dry.stdout).toContain(` ${wsRun}:\n  run  ${runId} awaiting_worker everywhere\n`);
+    expect(dry.stdout).toMatch(new RegExp(` ${wsTask}:\n  task ${taskId} (running|queued) Long`));
+    expect(dry.stderr).toContain('re-run with --yes to stop them.');
+    const json = JSON.parse((await cadre(['--json', 'run', 'stop-all', '--all-workspaces'])).stdout) as { would_stop: { workspace_id: string | null; run_ids: string[]; task_ids: string[] } };
+    expect(json.would_stop.workspace_id).toBeNull();
+    expect(json.would_stop.run_ids).toContain(runId);
+    expect(json.would_stop.task_ids).toContain(taskId);
+    const run = (await runsCall(stack.url, RUNS_KEY, 'GET', `/api/runs/${runId}`)).body;
+    expect((run.run ?? run).status).toBe('awaiting_worker');
+    expect((await httpClient(stack.url).post(`/api/tasks/${taskId}/cancel`, { reason: 'done looking' })).status).toBe(200);
+    expect((await cadre(['run', 'stop', runId])).code).toBe(0);
+  });
+
   it('lists pending approvals, approves one and denies one with a reason; a second decision exits 1 naming the conflict', async () => {
     const ws = newWorkspace();
     const taskId = await createTaskNeedingApprovals(stack.url, ws, ['yes', 'no']);

@@ -60,6 +60,9 @@ export class CadreClient {
     cancel: async (id: string, reason: string): Promise<Json> => (await this.call('POST', `/api/tasks/${encodeURIComponent(id)}/cancel`, { reason }, this.taskHeaders())).task,
   };
 
+  /** GET /api/workspaces (a key valid for every workspace): the workspaces that have had tasks, runs or approvals. */
+  workspaces = async (): Promise<string[]> => (await this.call('GET', '/api/workspaces', undefined, this.taskHeaders())).workspaces;
+
   approvals = {
     list: (q: Record<string, string>): Promise<Json> => this.call('GET', `/api/approvals?${new URLSearchParams(q)}`, undefined, this.taskHeaders()),
     /** POST /api/approvals/decisions (`{ids}` or `{filter}` with the decision): one outcome per approval. */

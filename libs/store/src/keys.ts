@@ -32,7 +32,7 @@ import { createHash } from 'node:crypto';
  *                              deadline; cadre_approvals_pending counts it, the inbox listing finds sessions' by it
  *   <prefix>:runidx:{<runId>}  string: the run's workspace (a run id alone must find its slot)
  *   <prefix>:workspaces        set: workspaces that have had runs, tasks or approvals (lease sweeper, stop-all,
- *                              the pending-approvals gauge)
+ *                              the pending-approvals gauge, GET /api/workspaces)
  *   <prefix>:sessions:parked   sorted set: session id → ms its turn parked (waiting on clients or approvals);
  *                              cadre_sessions_parked counts it, a continuation's claim takes the session out
  *

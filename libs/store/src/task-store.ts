@@ -333,6 +333,11 @@ export class TaskStore {
     return listTasks(this.redis, this.keys, workspaceId, opts);
   }
 
+  /** The workspaces that have had tasks, runs or approvals (the set stop-all goes through). */
+  async workspaceIds(): Promise<string[]> {
+    return (await this.redis.smembers(this.keys.workspaces())).sort();
+  }
+
   /** Unfinished tasks of a workspace (for stop-all). */
   async activeTaskIds(workspaceId: string): Promise<string[]> {
     return this.redis.smembers(this.keys.workspaceTasks(workspaceId));

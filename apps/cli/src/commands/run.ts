@@ -60,22 +60,21 @@ export function runCommands(program: Command, client: () => CadreClient): void {
       const g = cmd.optsWithGlobals<Globals>();
       const c = client();
       if (!opts.yes) {
-        if (opts.allWorkspaces) {
-          process.stderr.write('stop-all --all-workspaces stops every active run and team task in every workspace; re-run with --yes to do it.\n');
-          return void (process.exitCode = EXIT.usage);
-        }
-        const [runs, running, queued] = await Promise.all([
-          c.runs.list({ workspace_id: g.workspace }),
-          c.tasks.list({ workspace_id: g.workspace, status: 'running', limit: '200' }),
-          c.tasks.list({ workspace_id: g.workspace, status: 'queued', limit: '200' }),
-        ]);
-        const activeRuns = runs.filter((r: Json) => ACTIVE.includes(r.status));
-        const tasks = [...running.tasks, ...queued.tasks];
-        if (g.json) printJson({ would_stop: { workspace_id: g.workspace, run_ids: activeRuns.map((r: Json) => r.run_id), task_ids: tasks.map((t: Json) => t.task_id) } });
-        else {
-          process.stdout.write(`stop-all in ${g.workspace} would stop ${activeRuns.length} run(s) and cancel ${tasks.length} task(s):\n`);
-          for (const r of activeRuns) process.stdout.write(`  run  ${r.run_id} ${r.status} ${clip(r.query ?? '', 50)}\n`);
-          for (const t of tasks) process.stdout.write(`  task ${t.task_id} ${t.status} ${clip(t.goal, 50)}\n`);
+        // Every workspace stop-all would reach (the gateway's set of them), each listed as the one-workspace form lists.
+        const scope = opts.allWorkspaces ? await c.workspaces() : [g.workspace];
+        const found = await Promise.all(scope.map((ws) => activeIn(c, ws)));
+        const activeRuns = found.flatMap((f) => f.runs);
+        const tasks = found.flatMap((f) => f.tasks);
+        const where = opts.allWorkspaces ? 'every workspace' : g.workspace;
+        if (g.json) {
+          printJson({ would_stop: { workspace_id: opts.allWorkspaces ? null : g.workspace, run_ids: activeRuns.map((r: Json) => r.run_id), task_ids: tasks.map((t: Json) => t.task_id) } });
+        } else {
+          process.stdout.write(`stop-all in ${where} would stop ${activeRuns.length} run(s) and cancel ${tasks.length} task(s):\n`);
+          for (const { workspace, runs, tasks: its } of found) {
+            if (opts.allWorkspaces && runs.length + its.length > 0) process.stdout.write(` ${workspace}:\n`);
+            for (const r of runs) process.stdout.write(`  run  ${r.run_id} ${r.status} ${clip(r.query ?? '', 50)}\n`);
+            for (const t of its) process.stdout.write(`  task ${t.task_id} ${t.status} ${clip(t.goal, 50)}\n`);
+          }
           process.stderr.write('re-run with --yes to stop them.\n');
         }
         return void (process.exitCode = EXIT.usage);
@@ -88,6 +87,16 @@ export function runCommands(program: Command, client: () => CadreClient): void {
       for (const id of runIds) process.stdout.write(`  run  ${id}\n`);
       for (const id of taskIds) process.stdout.write(`  task ${id}\n`);
     });
+}
+
+/** What stop-all would stop in one workspace: its active runs, and its running and queued team tasks. */
+async function activeIn(c: CadreClient, workspace: string): Promise<{ workspace: string; runs: Json[]; tasks: Json[] }> {
+  const [runs, running, queued] = await Promise.all([
+    c.runs.list({ workspace_id: workspace }),
+    c.tasks.list({ workspace_id: workspace, status: 'running', limit: '200' }),
+    c.tasks.list({ workspace_id: workspace, status: 'queued', limit: '200' }),
+  ]);
+  return { workspace, runs: runs.filter((r: Json) => ACTIVE.includes(r.status)), tasks: [...running.tasks, ...queued.tasks] };
 }
 
 function printRun(r: Json, cmd: Command): void {

@@ -82,6 +82,15 @@ export class TaskService {
     return { task, created };
   }
 
+  /**
+   * Every workspace that has had tasks, runs or approvals, by name: what stop-all without a workspace reaches, for
+   * an operator to see first (`cadre run stop-all --all-workspaces`). A workspace's key may not learn the others.
+   */
+  async workspaces(principal: Principal): Promise<string[]> {
+    if (principal.workspaces !== 'all') throw new ApiError('permission_denied', 'listing workspaces needs a key valid for every workspace');
+    return this.deps.store.workspaceIds();
+  }
+
   /** A workspace's tasks, newest first, a page at a time (`cursor` is the previous page's next_cursor). */
   async list(principal: Principal, workspaceId: string, opts: { status?: TaskStatus; cursor?: string; limit: number }): Promise<TaskListPage> {
     if (!canAccess(principal, workspaceId)) throw new ApiError('permission_denied', `this key is not valid for workspace "${workspaceId}"`);

@@ -4,7 +4,7 @@ import { idempotencyKeyOf } from '../error-handler.ts';
 import type { HttpAppDeps } from '../app.ts';
 import { taskIdFrom } from '../../tasks/task-service.ts';
 import { resumeCursor } from '../sse.ts';
-import { cancelBody, createTaskBody, eventsQuery, eventsResponse, listTasksQuery, streamQuery, taskListResponse, taskParams, taskResponse } from '../schemas/tasks.schema.ts';
+import { cancelBody, createTaskBody, eventsQuery, eventsResponse, listTasksQuery, streamQuery, taskListResponse, taskParams, taskResponse, workspaceListResponse } from '../schemas/tasks.schema.ts';
 import type { RoutesPlugin } from '../routes-plugin.ts';
 import { withErrorResponses } from '../schemas/errors.schema.ts';
 import type { TaskRecord } from '@cadre/store';
@@ -19,7 +19,7 @@ declare module 'fastify' {
   }
 }
 
-/** POST /api/tasks, GET /api/tasks (a workspace's, newest first), GET /api/tasks/:task_id, its events (polling and SSE), cancel. */
+/** POST /api/tasks, GET /api/tasks (a workspace's, newest first), GET /api/tasks/:task_id, its events (polling and SSE), cancel; GET /api/workspaces. */
 export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRoute', withErrorResponses('cadre'));
@@ -42,6 +42,8 @@ export const taskRoutes: RoutesPlugin<HttpAppDeps> = async (app, deps) => {
     const { workspace_id, status, cursor, limit } = request.query;
     return deps.tasks.list(request.principal, workspace_id, { status, cursor, limit: limit ?? 50 });
   });
+
+  app.get('/api/workspaces', { schema: { response: { 200: workspaceListResponse } } }, async (request) => ({ workspaces: await deps.tasks.workspaces(request.principal) }));
 
   app.get('/api/tasks/:task_id', { schema: { params: taskParams, response: { 200: taskResponse } } }, async (request) => {
     return { task: shown(await deps.tasks.get(request.principal, request.params.task_id)) };

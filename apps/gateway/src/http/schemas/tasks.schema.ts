@@ -238,3 +238,8 @@ export const eventsResponse = {
   required: ['task_id', 'events', 'next_after_seq'],
   properties: { task_id: { type: 'string' }, events: { type: 'array', items: teamEventSchema }, next_after_seq: { type: 'integer' } },
 } as const;
+
+export const workspaceListResponse = {
+  type: 'object', additionalProperties: false, required: ['workspaces'],
+  properties: { workspaces: { type: 'array', items: { type: 'string' } } },
+} as const;
