@@ -39,8 +39,10 @@ describe("the gateway's V8 flags", () => {
   const repoFile = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
   const flags = CHILD_NODE_ARGS.gateway;
 
-  it('cap its young generation', () => {
-    expect(flags).toContainEqual(expect.stringMatching(/^--max-semi-space-size=\d+$/));
+  it('fix its young generation: capped, and never shrunk below the cap', () => {
+    const size = (flag: string): string | undefined => flags.find((f) => f.startsWith(`--${flag}=`))?.split('=')[1];
+    expect(size('max-semi-space-size')).toMatch(/^\d+$/);
+    expect(size('min-semi-space-size')).toBe(size('max-semi-space-size'));
   });
 
   // npm start passes CHILD_NODE_ARGS itself and the benches import them; these two spell them out.
