@@ -421,8 +421,8 @@ export class TurnRunner {
  * its deadline job, the id a client answers with — must name one call, or a late result for an earlier call answers
  * a new one and the new call's deadline job is taken for the earlier's. An id is kept as the model gave it (clients
  * see what they always have) unless it may already have named a call: it is in the transcript, or earlier turns were
- * compacted away with their ids. Then it gets the turn, the model call within it and its place as a suffix. The id
- * goes into the transcript as changed, so the model sees the one its result is filed under.
+ * compacted away with their ids. Then it gets the turn, the model call within it and its place as a suffix
+ * (reissuedCallId). The id goes into the transcript as changed, so the model sees the one its result is filed under.
  */
 function sessionCallIds(state: TurnState, calls: ChatCompletionMessageFunctionToolCall[]): ChatCompletionMessageFunctionToolCall[] {
   const transcript = state.transcript as TranscriptMessage[];
@@ -434,9 +434,20 @@ function sessionCallIds(state: TurnState, calls: ChatCompletionMessageFunctionTo
       known.add(call.id);
       return call;
     }
-    return { ...call, id: `${call.id}~${state.turn}.${modelCall}.${i}` };
+    return { ...call, id: reissuedCallId(call.id, state.turn, modelCall, i) };
   });
 }
+
+/**
+ * Providers check the ids they get back in the transcript: Anthropic's and Bedrock's tool ids must match
+ * `^[a-zA-Z0-9_-]+$`, OpenAI's are at most 40 characters. So the suffix uses only those characters, and the model's
+ * id is shortened to make room (the suffix alone names one call of the session: its turn is the session's own).
+ */
+export function reissuedCallId(modelId: string, turn: number, modelCall: number, index: number): string {
+  const suffix = `_t${turn}_${modelCall}_${index}`;
+  return `${modelId.slice(0, Math.max(0, MAX_CALL_ID - suffix.length))}${suffix}`;
+}
+const MAX_CALL_ID = 40;
 
 /** A store's refusal (nothing left to do) answers `value`; any other failure goes on. */
 function refusedAs<T>(value: T): (err: unknown) => T {
