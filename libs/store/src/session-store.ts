@@ -253,18 +253,14 @@ export class SessionStore {
     const head = asked.length > 0 ? await this.inboxHead(sessionId) : null;
     const views = head ? asked.map((c) => approvalView(head.workspace_id, sessionId, c)) : [];
     if (head) await this.inbox!.indexPending(head.workspace_id, 'add', views);
-    const unindex = async (): Promise<void> => {
-      if (head) await this.inbox!.indexPending(head.workspace_id, 'remove', views);
-    };
     const seq = await this.scripts.commitTurn(
       ...this.k(sessionId), sessionId, lease, JSON.stringify((step.messages ?? []).map((m) => JSON.stringify(m))),
       JSON.stringify(step.calls ?? []), JSON.stringify(step.fields ?? {}), JSON.stringify(events), this.maxEvents, this.keys.sessionAppended(sessionId),
-    ).catch(async (err: unknown) => {
-      await unindex();
-      throw err;
-    });
+    );
+    // Only a refusal is known not to have asked them. A failed call may have run the script all the same (the
+    // connection lost after it): its entries stay, and the listing shows each only while its record says pending.
     if (seq < 0) {
-      await unindex();
+      if (head) await this.inbox!.indexPending(head.workspace_id, 'remove', views);
       throw scriptError(seq, 'commit turn');
     }
     if (head) await this.inbox!.announce(head.workspace_id, 'approval_requested', views);
