@@ -214,8 +214,9 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 }
 
 /**
- * Runs `write` until it succeeds, a StoreError says it no longer applies, or GIVE_UP_RETRIES retries (doubling from
- * 500 ms, ~30 s in all) have failed. The waits do not keep the process alive.
+ * Runs `write` until it succeeds, a StoreError says it no longer applies, or GIVE_UP_RETRIES retries have failed:
+ * waits doubling from 500 ms up to 30 s apart, about ten minutes in all (a Redis out of memory waits for an
+ * operator). The waits do not keep the process alive; a worker that exits meanwhile leaves the turn running.
  */
 async function retryRefusedWrite(write: () => Promise<void>): Promise<void> {
   for (let retry = 0; ; retry++) {
@@ -223,11 +224,11 @@ async function retryRefusedWrite(write: () => Promise<void>): Promise<void> {
       return await write();
     } catch (err) {
       if (err instanceof StoreError || retry === GIVE_UP_RETRIES) throw err;
-      await sleep(500 * 2 ** retry, undefined, { ref: false });
+      await sleep(Math.min(500 * 2 ** retry, 30_000), undefined, { ref: false });
     }
   }
 }
-const GIVE_UP_RETRIES = 6;
+const GIVE_UP_RETRIES = 25;
 
 /** Whether `promise` settled (either way) within `ms`; it goes on regardless. */
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {

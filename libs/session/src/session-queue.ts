@@ -33,10 +33,11 @@ export type SessionJobData = SessionTurnJobData | ToolDeadlineJobData | Approval
 const JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600, count: 10_000 }, removeOnFail: { age: 24 * 3600 } } as const;
 /**
  * A deadline's job retries what it could not write (Redis failing over, out of memory): its expiry is the only thing
- * that moves a parked turn on when the client never answers. 8 attempts 1, 2, 4 … 64 s apart ride out about two
- * minutes. (A turn job keeps one attempt: its outages and lost workers have their own bounds.)
+ * that moves a parked turn on when the client never answers. 12 attempts 1, 2, 4 … 2,048 s apart ride out about an
+ * hour: a Redis left out of memory waits for an operator, for minutes, not seconds. (A turn job keeps one attempt:
+ * its outages and lost workers have their own bounds.)
  */
-const DEADLINE_JOB_OPTIONS = { ...JOB_OPTIONS, attempts: 8, backoff: { type: 'exponential', delay: 1_000 } } as const;
+const DEADLINE_JOB_OPTIONS = { ...JOB_OPTIONS, attempts: 12, backoff: { type: 'exponential', delay: 1_000 } } as const;
 
 /**
  * Job ids derive from the session and its wake (or call), so a repeated enqueue adds nothing: exactly one job
