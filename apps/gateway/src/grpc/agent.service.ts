@@ -72,7 +72,7 @@ export function agentService(deps: AgentServiceDeps): { definition: grpc.Service
       if (watcher) {
         const open = watcher;
         // A cancelled call takes nothing more (its 'cancelled' already ended the watcher, which ends the pipe).
-        await open.pipeTo((event) => call.cancelled || call.write(encodeOnce(taskId, event)), () => writable(call, 'cancelled', open));
+        await open.pipeTo((event) => call.cancelled || call.write(encodeOnce(taskId, event)), () => writable(call, 'cancelled', { watcher: open }));
       }
       if (!call.cancelled) call.end();
     } catch (err) {

@@ -4,6 +4,7 @@ import type { SessionEvent } from '@cadre/protocol';
 import type { LogWatcher } from '@cadre/store';
 import type { Principal } from '../auth.ts';
 import { ApiError, GATEWAY_SHUTTING_DOWN, grpcStatusOf, toApiError } from '../errors.ts';
+import { writable } from '../streams/writable.ts';
 
 /**
  * Requests a call may have waiting to be handled (one at a time) before the gateway stops reading it. Its read
@@ -107,17 +108,7 @@ export abstract class BidiSessionCall<Req, Res, Deps extends BidiCallDeps = Bidi
   /** Resolves once the call's writes hold less than its high-water mark (its 'drain'), or the call has ended. */
   private room(): Promise<void> {
     if (this.done || this.call.cancelled || !this.call.writableNeedDrain) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = (): void => {
-        this.call.off('drain', done);
-        this.call.off('close', done);
-        this.ended.signal.removeEventListener('abort', done);
-        resolve();
-      };
-      this.call.on('drain', done);
-      this.call.on('close', done);
-      this.ended.signal.addEventListener('abort', done);
-    });
+    return writable(this.call, 'close', { signal: this.ended.signal });
   }
 
   /** The gateway drains: the call ends with a status its client retries on another gateway (from its last seq). */

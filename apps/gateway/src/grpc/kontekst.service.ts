@@ -146,7 +146,7 @@ class RunCall extends BidiSessionCall<kontekst.RunCommand, kontekst.RunEvent, Ko
       for await (const event of watcher) {
         if (this.done) break;
         for (const frame of await this.translate(event)) {
-          if (!this.call.write({ event: frame }) && !this.done && !this.call.cancelled) await writable(this.call, 'cancelled', watcher);
+          if (!this.call.write({ event: frame }) && !this.done && !this.call.cancelled) await writable(this.call, 'cancelled', { watcher });
         }
         if (this.terminal) break;
       }

@@ -156,7 +156,7 @@ class StreamSessionCall extends BidiSessionCall<SessionRequest, SessionResponse,
         for await (const event of watcher) {
           if (this.done) break;
           const frame = toSessionResponse(sid, event);
-          if (frame && !this.call.write(frame)) await writable(this.call, 'cancelled', watcher);
+          if (frame && !this.call.write(frame)) await writable(this.call, 'cancelled', { watcher });
           if (this.halfClosed && (event.event_type === 'turn_complete' || event.event_type === 'tool_request')) break;
         }
       }

@@ -76,7 +76,7 @@ export class SseSessions {
     void (async () => {
       try {
         // A closed connection takes nothing more (its 'close' already ended the watcher, which ends the pipe).
-        await watcher.pipeTo((event) => res.destroyed || res.write(frameOf(event)), () => writable(res, 'close', watcher));
+        await watcher.pipeTo((event) => res.destroyed || res.write(frameOf(event)), () => writable(res, 'close', { watcher }));
       } catch (err) {
         const api = toApiError(err);
         if (!api) this.logger.error({ err }, 'sse stream failed');

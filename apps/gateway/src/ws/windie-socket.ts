@@ -312,7 +312,7 @@ export class WindieSocket {
     void (async () => {
       try {
         // While the socket is full the watcher holds the events (a bounded buffer), as gRPC and SSE streams do.
-        await watcher.pipeTo((event) => this.sendAll(toServerMessages(sessionId, event, answer)), () => writable(this.outbox, 'close', watcher));
+        await watcher.pipeTo((event) => this.sendAll(toServerMessages(sessionId, event, answer)), () => writable(this.outbox, 'close', { watcher }));
       } catch (err) {
         // The gateway drains: the socket goes away (the turn goes on on the workers) rather than report an error.
         if (err instanceof WatchClosedError && err.code === 'shutting_down') return this.close(GOING_AWAY, GATEWAY_SHUTTING_DOWN);
@@ -353,15 +353,7 @@ export class WindieSocket {
   /** Resolves once the socket holds less than MAX_BUFFERED_BYTES, or has ended. */
   private room(): Promise<void> {
     if (this.closed || this.socket.bufferedAmount < MAX_BUFFERED_BYTES) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = (): void => {
-        this.outbox.off('drain', done);
-        this.outbox.off('close', done);
-        resolve();
-      };
-      this.outbox.on('drain', done);
-      this.outbox.on('close', done);
-    });
+    return writable(this.outbox, 'close');
   }
 
   private close(code: number, reason: string): void {
