@@ -7,7 +7,7 @@ import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertContiguous, grpcClient, watchTeam, TEST_API_KEY } from '@cadre/testing';
+import { assertContiguous, grpcClient, untilStill, watchTeam, TEST_API_KEY } from '@cadre/testing';
 import { KeyBuilder, TaskStore, connectRedis, workerIdFor } from '@cadre/store';
 import { SessionRequest, kontekst, type AgentServiceClient, type DeepPartial, type SessionResponse, type TeamEventProto } from '@cadre/protocol';
 import { TestStack } from './support/stack.ts';
@@ -231,19 +231,3 @@ describe('a client that sends requests without reading the answers', () => {
     runs.close();
   });
 });
-
-/**
- * Resolves once `count()` reaches `total`, or has not moved for `stillMs`: a stall is progress that stops, so it
- * can only be seen as a while without any.
- */
-async function untilStill(count: () => number, total: number, stillMs = 1_000): Promise<void> {
-  let last = -1;
-  let since = Date.now();
-  while (count() < total && Date.now() - since < stillMs) {
-    if (count() !== last) {
-      last = count();
-      since = Date.now();
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { KeyBuilder, SessionStore } from '@cadre/store';
-import { TEST_API_KEY, httpClient, keysMatching, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { TEST_API_KEY, httpClient, keysMatching, untilStill, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { TestStack } from './support/stack.ts';
 
 let stack: TestStack;
@@ -81,6 +81,21 @@ class Client {
     return this.messages.filter((m) => m.type === type).length;
   }
 }
+
+/**
+ * Sends `count` requests in one go, each `pad` bytes (JSON whitespace after the envelope): list-models, and every
+ * tenth a made-up type whose error names it, so the answers' order shows. Returns the answers expected, in order.
+ */
+function sendBurst(client: Client, count: number, pad = 0, onSent?: () => void): string[] {
+  const expected: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const type = i % 10 === 9 ? `probe-${i}` : 'list-models';
+    client.ws.send(`${JSON.stringify({ id: randomUUID(), type, payload: {} })}${' '.repeat(pad)}`, onSent);
+    expected.push(type === 'list-models' ? 'models-listed' : `error: unknown message type "${type}"`);
+  }
+  return expected;
+}
+const answerOf = (m: Msg): string => (m.type === 'error' ? `error: ${m.payload.message}` : m.type);
 
 const LOCATION_TOOL = { name: 'get_location', description: 'Where the user is', execution_target: 'local_runtime', schema: { type: 'object', properties: { precise: { type: 'boolean' } } } };
 const handshake = (user: string, tools: object[] = [LOCATION_TOOL]) => ({
@@ -195,17 +210,19 @@ describe('/ws (WindieOS agent socket)', () => {
     client.ws.close();
   });
 
-  it('a client that sends more requests than a socket keeps waiting, without waiting for answers, is closed with 1008', async () => {
+  it('a client that sends many requests without waiting for the answers gets every one answered, in order', async () => {
     const client = new Client();
     await client.open();
     client.send(handshake('hal'));
-    // Sent in one go: they reach the gateway together, faster than it answers them one at a time.
-    for (let i = 0; i < 100; i++) client.envelope('list-models', {});
-    const answered = client.waitFor((all) => all.filter((m) => m.type === 'models-listed').length === 100).then(() => ({ code: 0, reason: 'all answered' }), () => ({ code: -1, reason: 'neither' }));
-    const { code, reason } = await Promise.race([client.closed, answered]);
-    expect(code).toBe(1008);
-    expect(reason).toMatch(/^over 32 requests or 32 MB waiting/);
-    expect(client.count('models-listed')).toBeLessThan(100);
+    // Sent in one go: they reach the gateway together, faster than it answers them one at a time, and far more
+    // than a socket keeps waiting (32): it stops reading until they are handled, and is not closed (f6a4a8d: 1008).
+    const expected = sendBurst(client, 100);
+    const answers = () => client.messages.filter((m) => m.type !== 'client-tool-manifest');
+    const done = client.waitFor(() => answers().length >= expected.length).then(() => ({ code: 0, reason: 'all answered' }));
+    const { code, reason } = await Promise.race([client.closed, done]);
+    expect({ code, reason }).toEqual({ code: 0, reason: 'all answered' });
+    expect(answers().map(answerOf)).toEqual(expected);
+    client.ws.close();
   });
 
   it('a conversation belongs to the key that opened it: another key claiming the same user_id and ref is refused', async () => {
@@ -359,9 +376,15 @@ describe('/ws backpressure (invariant 3, as tests/backpressure.int.test.ts for g
   let slowRedis: TestRedisClient;
   let store: SessionStore;
 
+  /** Models enough that each list-models answer is larger than what a socket holds unsent before it waits (64 KiB). */
+  const MODELS = Array.from({ length: 256 }, (_, i) => `model-${i}-`.padEnd(60, 'x'));
+  /** Requests a client sends without reading, each PAD bytes: far more than the TCP buffers of both ends hold. */
+  const FLOOD = 1_000;
+  const PAD = 32 * 1024;
+
   // No worker: the test holds the turn and appends its events itself, paced by the socket that reads.
   beforeAll(async () => {
-    slow = await TestStack.start({ workers: 0, env: { CADRE_WATCHER_BUFFER: String(BUFFER) } });
+    slow = await TestStack.start({ workers: 0, env: { CADRE_WATCHER_BUFFER: String(BUFFER), CADRE_MODELS: MODELS.join(',') } });
     slowRedis = slow.redis.connect();
     store = new SessionStore({ redis: slowRedis, keys: new KeyBuilder(slow.prefix) });
   });
@@ -412,5 +435,29 @@ describe('/ws backpressure (invariant 3, as tests/backpressure.int.test.ts for g
     expect(stalled.count('streaming-response')).toBeLessThan(BURST / 2);
     expect(stalled.count('streaming-complete')).toBe(0);
     reader.ws.close();
+  });
+
+  it('a client that sends requests without reading the answers is held back by TCP, then answered in order once it reads', async () => {
+    const client = new Client(TEST_API_KEY, slow.url);
+    await client.open();
+    client.send(handshake('ida'));
+    await client.waitFor((all) => all.some((m) => m.type === 'client-tool-manifest'));
+    // A client that stops reading: the answers fill the socket, the gateway stops answering, then stops reading
+    // once 32 requests wait, so the client's writes (their callbacks) stall far short of the flood.
+    client.ws.pause();
+    let taken = 0;
+    const expected = sendBurst(client, FLOOD, PAD, () => taken++);
+    await untilStill(() => taken, FLOOD);
+    // Without the pause the gateway took every request into its memory (f6a4a8d closed the socket 1008 instead).
+    expect(taken).toBeLessThan(FLOOD / 2);
+
+    // Once it reads, every request is answered, in the order sent, on the same socket.
+    client.ws.resume();
+    const answers = () => client.messages.filter((m) => m.type !== 'client-tool-manifest');
+    await client.waitFor(() => answers().length >= FLOOD, 60_000);
+    expect(taken).toBe(FLOOD);
+    expect(answers().map(answerOf)).toEqual(expected);
+    expect(client.ws.readyState).toBe(WebSocket.OPEN);
+    client.ws.close();
   });
 });

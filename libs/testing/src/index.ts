@@ -4,6 +4,6 @@ export { startTestSentinel, type TestSentinel } from './redis-sentinel.ts';
 export const TEST_API_KEY = 'test-key-all-workspaces';
 export { httpClient, pollUntilTerminal, waitForEvent, grpcClient, watchTeam, rawWatchTeam, encodeWatchTeamRequest, assertContiguous, runsCall, type ApiResponse, type RunsResponse } from './api.ts';
 export { isProcessAlive } from './processes.ts';
-export { waitUntil } from './wait.ts';
+export { untilStill, waitUntil } from './wait.ts';
 export { commandsOf } from './commands-of.ts';
 export { dumpRedis, dumpDiff, keysMatching, BACKGROUND_KEYS } from './redis-dump.ts';

@@ -13,3 +13,19 @@ export async function waitUntil<T>(what: string, probe: () => Promise<T | false 
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
+
+/**
+ * Resolves once `count()` reaches `total`, or has not moved for `stillMs`: a stall is progress that stops, so it
+ * can only be seen as a while without any (e.g. a client's writes that flow control holds back).
+ */
+export async function untilStill(count: () => number, total: number, stillMs = 1_000): Promise<void> {
+  let last = -1;
+  let since = Date.now();
+  while (count() < total && Date.now() - since < stillMs) {
+    if (count() !== last) {
+      last = count();
+      since = Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

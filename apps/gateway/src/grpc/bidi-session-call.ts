@@ -10,7 +10,7 @@ import { writable } from '../streams/writable.ts';
  * Requests a call may have waiting to be handled (one at a time) before the gateway stops reading it. Its read
  * buffer (grpc-js's object-mode stream) holds 16 more, so a call holds at most 32 requests, as a /ws socket, each
  * within grpc-js's 4 MB message limit. Past that HTTP/2 flow control holds the client's writes back: nothing is
- * dropped or refused, so unlike /ws no cap ends the call.
+ * dropped or refused, so no cap ends the call (nor a /ws socket, which TCP holds back likewise).
  */
 const MAX_WAITING_REQUESTS = 16;
 

@@ -37,7 +37,9 @@ export const TRY_AGAIN_LATER = 1013;
 const MAX_BUFFERED_BYTES = 64 * 1024;
 /**
  * Requests a socket may have waiting to be handled (one is handled at a time), and their characters (each may be
- * 10 MB): a client that sends more without waiting for the answers is closed, as gRPC's HTTP/2 window stops one.
+ * 10 MB, ws's maxPayload): past either the socket is paused — ws stops reading it, so TCP holds the client's writes
+ * back — and resumed once they are handled, as a gRPC call is. What the read that reached the cap brought is still
+ * taken (ws parses a read whole), so a socket holds at most these plus one read's worth (64 KiB).
  */
 const MAX_PENDING_MESSAGES = 32;
 const MAX_PENDING_CHARS = 32 * 1024 * 1024;
@@ -94,15 +96,15 @@ export class WindieSocket {
       if (this.closed) return;
       const raw = isBinary ? null : data.toString();
       const chars = raw?.length ?? 0;
-      if (this.pendingMessages >= MAX_PENDING_MESSAGES || this.pendingChars + chars > MAX_PENDING_CHARS) {
-        return this.close(POLICY_VIOLATION, `over ${MAX_PENDING_MESSAGES} requests or ${MAX_PENDING_CHARS >> 20} MB waiting: wait for answers before sending more`);
-      }
       this.pendingMessages++;
       this.pendingChars += chars;
+      // A client that sends faster than it is answered (a reconnect's queries and rehydrates) is read no further.
+      if (this.pendingMessages >= MAX_PENDING_MESSAGES || this.pendingChars >= MAX_PENDING_CHARS) socket.pause();
       // A client that does not read its answers is not answered further until it does.
       this.inbox = this.inbox.then(() => this.room()).then(() => this.onMessage(raw)).finally(() => {
         this.pendingMessages--;
         this.pendingChars -= chars;
+        if (socket.isPaused && this.pendingMessages < MAX_PENDING_MESSAGES && this.pendingChars < MAX_PENDING_CHARS) socket.resume();
       });
     });
     socket.on('close', () => this.stop());
