@@ -191,6 +191,8 @@ describe('/ws (WindieOS agent socket)', () => {
     await expectError(() => client.envelope('tool-result', { request_id: 'bogus', success: true }), /request_id/);
     await expectError(() => client.envelope('tool-bundle-result', { bundle_id: 'b', status: 'success', step_results: [] }), /no tool bundle is pending/);
     await expectError(() => client.envelope('update-settings', { selected_model_id: 'gpt-nope' }), /configured models/);
+    const tooMany = Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`provider-${i}`, { enabled: true }]));
+    await expectError(() => client.envelope('update-settings', { provider_api_keys: tooMany }), /at most 32 providers/);
 
     client.envelope('update-settings', { selected_model_id: 'cadre-scripted', provider_api_keys: { openai: { enabled: true, api_key: 'sk-secret-123' } } });
     await client.waitFor((all) => all.some((m) => m.type === 'settings-updated'));

@@ -14,6 +14,9 @@ import {
   type Envelope, type ManifestTool,
 } from './windie-messages.ts';
 
+/** Providers one connection's update-settings may name (their presence is kept for load-settings). */
+const MAX_PROVIDERS = 32;
+
 export interface WindieSocketDeps {
   sessions: SessionEngine;
   auth: Authenticator;
@@ -261,6 +264,9 @@ export class WindieSocket {
     if (p.interaction_mode !== undefined && p.interaction_mode !== 'chat' && p.interaction_mode !== 'agent') throw new WindieProtocolError('update-settings: interaction_mode must be "chat" or "agent"');
     const keys = p.provider_api_keys;
     if (keys !== undefined && (typeof keys !== 'object' || keys === null || Array.isArray(keys))) throw new WindieProtocolError('update-settings: provider_api_keys must be an object');
+    // What a socket keeps of them is bounded: the providers it has named, each once.
+    const providers = new Set([...Object.keys(this.settings.provider_api_keys), ...Object.keys(keys ?? {}).map((k) => k.slice(0, 64))]);
+    if (providers.size > MAX_PROVIDERS) throw new WindieProtocolError(`update-settings: provider_api_keys may name at most ${MAX_PROVIDERS} providers on one connection`);
     if (p.selected_model_id !== undefined) this.settings.selected_model_id = p.selected_model_id as string;
     if (p.interaction_mode !== undefined) this.settings.interaction_mode = p.interaction_mode as string;
     // Provider keys are never kept: the gateway's model server holds its own credentials. Only their presence is.
