@@ -20,6 +20,8 @@ export type DurableCheck = () => Promise<boolean>;
  */
 export class CancelRegistry {
   private readonly running = new Map<string, Set<AbortController>>();
+  /** The lease (BullMQ lock token) a session turn's loop runs under, so a cancel can name that turn only. */
+  private readonly leases = new WeakMap<AbortController, string>();
   private readonly checks = new Map<string, DurableCheck>();
   private readonly steerWatchers = new Map<string, Set<() => void>>();
   private timer: NodeJS.Timeout | undefined;
@@ -36,8 +38,11 @@ export class CancelRegistry {
     const { subscriber } = opts;
     subscriber.on('message', (_channel: string, message: string) => {
       // `steer:<sessionId>`: a steer in interrupt mode immediate (lua/queueInput-8.lua), not a cancel.
-      if (message.startsWith(STEER_PREFIX)) this.steer(message.slice(STEER_PREFIX.length));
-      else this.abortTask(message, 'cancelled');
+      if (message.startsWith(STEER_PREFIX)) return this.steer(message.slice(STEER_PREFIX.length));
+      // `<taskId>` or `<sessionId>` (a closed session: every loop of it), or `<sessionId> <lease>`: one ended turn's
+      // loop (cancelTurn, abortTurn), while the turn started after it in the same script runs on.
+      const [id, lease] = message.split(' ', 2) as [string, string | undefined];
+      this.abortTask(id, 'cancelled', lease);
     });
     subscriber.on('ready', () => void this.checkStatuses());
     await subscriber.subscribe(opts.channel);
@@ -67,10 +72,11 @@ export class CancelRegistry {
     });
   }
 
-  /** Registers a loop of `taskId` (a task, or a session with its own durable check). */
-  register(taskId: string, check?: DurableCheck): AbortController {
+  /** Registers a loop of `taskId` (a task, or a session with its own durable check and its turn's lease). */
+  register(taskId: string, check?: DurableCheck, lease?: string): AbortController {
     if (check) this.checks.set(taskId, check);
     const ac = new AbortController();
+    if (lease !== undefined) this.leases.set(ac, lease);
     let set = this.running.get(taskId);
     if (!set) this.running.set(taskId, (set = new Set()));
     set.add(ac);
@@ -101,8 +107,9 @@ export class CancelRegistry {
     for (const onSteer of this.steerWatchers.get(sessionId) ?? []) onSteer();
   }
 
-  abortTask(taskId: string, cause: AbortCause): void {
-    for (const ac of this.running.get(taskId) ?? []) ac.abort(cause);
+  /** Aborts the loops of `taskId`; with `lease`, only the loop of the turn holding it. */
+  abortTask(taskId: string, cause: AbortCause, lease?: string): void {
+    for (const ac of this.running.get(taskId) ?? []) if (lease === undefined || this.leases.get(ac) === lease) ac.abort(cause);
   }
 
   abortAll(cause: AbortCause): void {

@@ -74,7 +74,7 @@ export class SessionJobProcessor {
       throw err;
     });
     if (turn === null) return { sessionId, outcome: 'stale' };
-    const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token);
+    const ac = this.deps.cancels.register(sessionId, async () => (await this.deps.store.turnLease(sessionId)) !== token, token);
     this.running.set(job.id!, ac);
     try {
       const outcome = await this.deps.runner.run(turn, ac.signal);

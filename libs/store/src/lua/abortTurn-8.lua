@@ -17,11 +17,13 @@ if redis.call('HGET', metaKey, 'status') == 'closed' then return { ERR.session_c
 local sid, maxLen, channel = ARGV[1], ARGV[2], ARGV[3]
 local dropped = dropInputs(sid, maxLen, channel, 'abort')
 local aborted = 0
+-- The loop to stop is the one holding the aborted turn's lease: the prompt's turn, begun below, may already run.
+local lease = redis.call('HGET', metaKey, 'lease') or ''
 local abortedStartedAt = endTurn(sid, maxLen, channel, 'cancelled', nowMs()) or -1
 if abortedStartedAt >= 0 then
   aborted = 1
   appendEvent(sid, maxLen, channel, 'activity', cjson.encode({ state = 'idle', detail = '' }))
-  redis.call('PUBLISH', ARGV[4], sid)
+  redis.call('PUBLISH', ARGV[4], sid .. ' ' .. lease)
 end
 local wake = 0
 if ARGV[5] ~= '' then

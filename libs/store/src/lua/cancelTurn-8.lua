@@ -1,6 +1,7 @@
 --[[
   Cancels the turn in progress: pending client calls are settled, the turn ends with turn_complete
-  (stop_reason `cancelled`, or the given one), and running loops are told on the cancel channel. The lease is
+  (stop_reason `cancelled`, or the given one), and the loop holding the turn's lease is told on the cancel channel
+  (`<sessionId> <lease>`: only that turn's, not the next one's). The lease is
   cleared, so a loop that misses the message is refused at its next write. With ARGV[6], an error event is
   appended first (a turn that lost its worker too often ends this way). Nothing queued behind the turn is left
   stranded: a cancelled turn's steers were meant for it and are dropped (input_dropped, reason `cancelled`), and
@@ -21,8 +22,10 @@ if m[1] == 'closed' then return { ERR.session_closed } end
 if m[1] ~= 'running' and m[1] ~= 'waiting_tool' then return { 0 } end
 if ARGV[7] ~= '' and ARGV[7] ~= m[2] then return { 0 } end
 local sid, maxLen, channel = ARGV[1], ARGV[3], ARGV[4]
+-- The loop to stop is the one holding the ended turn's lease: the next turn, started below, may already run.
+local lease = redis.call('HGET', metaKey, 'lease') or ''
 if ARGV[6] ~= '' then appendEvent(sid, maxLen, channel, 'session_error', ARGV[6]) end
 local startedAt = endTurn(sid, maxLen, channel, ARGV[2], nowMs())
-redis.call('PUBLISH', ARGV[5], sid)
+redis.call('PUBLISH', ARGV[5], sid .. ' ' .. lease)
 if ARGV[2] == 'cancelled' then dropQueued(sid, maxLen, channel, steerKey, 'steer', 'cancelled') end
 return { 1, startedAt, continueWithQueued(sid, maxLen, channel) }
