@@ -56,10 +56,14 @@ export const CHILD_ENV_ALLOW_LIST: Record<ChildRole, readonly string[]> = {
  * at a steady, moderate request rate (heartbeats at half the gateway's throughput) V8 shrinks the young generation
  * and grows it again, over and over, and the heartbeat tail followed those resizes; fixed at the cap, the p99 fell
  * from 16.9–39.2 to 4.4–11.2 ms in alternating runs (bench/README.md, "Gateway V8 flags: a fixed young generation").
+ * No allocation-site pretenuring: with many requests in flight V8 decides that some allocation sites' objects live
+ * long and allocates them in the old generation, where nearly all die and wait for a mark-compact; without it, and
+ * with the fixed young generation, no open-loop window had a mark-compact (6 of 6, against 6 of 6 with one), p99
+ * 3.3–7.2 ms against 6.2–18.0, and the stalled burst's peak fell (bench/README.md, same section).
  * Every way of starting the gateway passes the same: `npm start` and the benches use this, and
  * tests/child-env.test.ts checks `npm run gateway` and deploy/Dockerfile (whose CMD Kubernetes runs).
  */
-export const CHILD_NODE_ARGS: Record<ChildRole, readonly string[]> = { gateway: ['--max-semi-space-size=8', '--min-semi-space-size=8'], worker: [], 'vm-agent': [] };
+export const CHILD_NODE_ARGS: Record<ChildRole, readonly string[]> = { gateway: ['--max-semi-space-size=8', '--min-semi-space-size=8', '--no-allocation-site-pretenuring'], worker: [], 'vm-agent': [] };
 
 /** The environment a child of `role` starts with: only allowed names, from `env` (unset values left out). */
 export function childEnv(role: ChildRole, env: Record<string, string | undefined>): Record<string, string> {
