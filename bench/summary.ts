@@ -19,10 +19,10 @@ const lines = (() => {
 })().filter((l) => l.version === BENCH_VERSION && (!SINCE || Date.parse(l.measured_at) >= SINCE));
 /**
  * Runs with the gateway's flags replaced (BENCH_GATEWAY_FLAGS, even ""), with extra node flags for the gateway, or
- * with the gateway on a Unix socket to Redis (BENCH_REDIS_UNIX), are experiments (see bench/README.md), not the
- * figure as shipped.
+ * with the gateway on a Unix socket to Redis (BENCH_REDIS_UNIX), and streams paced other than the goal's
+ * (BENCH_CHUNK_DELAY_MS) are experiments (see bench/README.md), not the figure as shipped.
  */
-const experiment = (l: HistoryLine): boolean => l.figures.gateway_flags_experiment !== undefined || ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0 || l.figures.redis_unix_socket === true;
+const experiment = (l: HistoryLine): boolean => l.figures.gateway_flags_experiment !== undefined || ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0 || l.figures.redis_unix_socket === true || l.figures.pacing_experiment === true;
 
 type Row = [claim: string, goal: string, cadre: string, baseline: string, ratio: string, runs: string];
 const rows: Row[] = [];
