@@ -80,14 +80,16 @@ describe('bad configuration: one clear line per problem, exit 1', () => {
   });
 
   it('bad and missing values: every problem at once, each naming its variable', async () => {
-    const [worker, vmAgent, missing, model, cli] = await Promise.all([
+    const [worker, gateway, vmAgent, missing, model, cli] = await Promise.all([
       run(WORKER, { WORKER_CONCURRENCY: 'lots', CADRE_MAX_TURNS: '0' }),
+      run(GATEWAY, { REDIS_URL: redis.url, CADRE_GRPC_MAX_CONCURRENT_STREAMS: '0' }),
       run(VM_AGENT, { CADRE_GATEWAY_URL: 'not a url' }),
       run(WORKER, {}),
       run(MODEL, { PORT: '99999' }),
       run('apps/cli/src/main.ts', { CADRE_URL: 'not a url' }, ['status']),
     ]);
     expectRefused(worker!, ['worker: WORKER_CONCURRENCY: expected an integer, got "lots"', 'worker: CADRE_MAX_TURNS: must be >= 1, got 0']);
+    expectRefused(gateway!, ['gateway: CADRE_GRPC_MAX_CONCURRENT_STREAMS: must be >= 1, got 0']);
     expectRefused(vmAgent!, [/^vm-agent: CADRE_GATEWAY_URL: expected a URL \(scheme:\/\/host:port\)/]);
     expectRefused(missing!, [/^worker: REDIS_URL: required: /, /^worker: OPENAI_BASE_URL: required: /, /^worker: OPENAI_API_KEY: required: /]);
     expectRefused(model!, ['model: PORT: must be <= 65535, got 99999']);

@@ -17,6 +17,11 @@ export function gatewayConfig(env: Env) {
     watcherBufferLimit: int('CADRE_WATCHER_BUFFER', 1024, { min: 16 }),
     bodyLimitBytes: int('CADRE_BODY_LIMIT_BYTES', 1024 * 1024, { min: 1024 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 10_000, { min: 0 }),
+    /**
+     * gRPC calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): far above what a
+     * UI watching many teams over one channel opens, so only a client that leaks calls meets it. At most 2^32-1.
+     */
+    grpcMaxConcurrentStreams: int('CADRE_GRPC_MAX_CONCURRENT_STREAMS', 1000, { min: 1, max: 0xffff_ffff }),
     /** A task still not enqueued this long after its creation began was left by a gateway that died: enqueue it. */
     enqueueGraceMs: int('CADRE_ENQUEUE_GRACE_MS', 10_000, { min: 100 }),
     /** Set by `npm start`: stop when the stack process goes away. */

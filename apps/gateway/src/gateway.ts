@@ -189,6 +189,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
       },
     })],
     shutdownGraceMs: config.shutdownGraceMs,
+    maxConcurrentStreams: config.grpcMaxConcurrentStreams,
     interceptors: [grpcTelemetry(metrics)],
   });
   const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });

@@ -22,6 +22,11 @@ export interface GrpcServerOptions {
   shutdownGraceMs?: number;
   /** Run around every call (metrics, tracing). */
   interceptors?: grpc.ServerInterceptor[];
+  /**
+   * Calls one HTTP/2 connection may have open at once (its SETTINGS_MAX_CONCURRENT_STREAMS; default: Node's, no
+   * practical bound). A client holds a call beyond it until one of its calls on that connection ends.
+   */
+  maxConcurrentStreams?: number;
 }
 
 export interface GrpcServerHandle {
@@ -33,7 +38,10 @@ export interface GrpcServerHandle {
 }
 
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServerHandle {
-  const server = new grpc.Server({ interceptors: opts.interceptors ?? [] });
+  const server = new grpc.Server({
+    interceptors: opts.interceptors ?? [],
+    ...(opts.maxConcurrentStreams !== undefined && { 'grpc.max_concurrent_streams': opts.maxConcurrentStreams }),
+  });
   for (const { definition, implementation } of opts.services) server.addService(definition, implementation);
 
   // '' is the whole server; each service is also checked by its full name (e.g. roz.v1.AgentService).
