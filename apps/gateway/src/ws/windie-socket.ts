@@ -9,6 +9,7 @@ import { ApiError, GATEWAY_SHUTTING_DOWN } from '../errors.ts';
 import type { Authenticator, Principal } from '../auth.ts';
 import { keyName } from '../approvals/approval-service.ts';
 import { writable } from '../streams/writable.ts';
+import { RequestInbox } from './request-inbox.ts';
 import {
   WindieProtocolError, checkPayload, decodeRequestId, parseEnvelope, parseHandshake, serverMessage, toServerMessages,
   type Envelope, type ManifestTool,
@@ -39,10 +40,10 @@ export const TRY_AGAIN_LATER = 1013;
  */
 const MAX_BUFFERED_BYTES = 64 * 1024;
 /**
- * Requests a socket may have waiting to be handled (one is handled at a time), and their characters (each may be
+ * Requests a socket may have queued for handling (one is handled at a time), and their characters (each may be
  * 10 MB, ws's maxPayload): past either the socket is paused — ws stops reading it, so TCP holds the client's writes
- * back — and resumed once they are handled, as a gRPC call is. What the read that reached the cap brought is still
- * taken (ws parses a read whole), so a socket holds at most these plus one read's worth (64 KiB).
+ * back — and resumed once they are handled, as a gRPC call is. The rest of the read that reached the cap waits as
+ * its text (RequestInbox), so a socket holds at most these plus one read's bytes (64 KiB).
  */
 const MAX_PENDING_MESSAGES = 32;
 const MAX_PENDING_CHARS = 32 * 1024 * 1024;
@@ -75,9 +76,7 @@ export class WindieSocket {
   private tools: ToolInput[] = [];
   private readonly settings: Settings;
   private readonly watchers = new Map<string, LogWatcher<SessionEvent>>();
-  private inbox: Promise<void> = Promise.resolve();
-  private pendingMessages = 0;
-  private pendingChars = 0;
+  private readonly inbox: RequestInbox;
   /** 'drain' once the socket holds less than MAX_BUFFERED_BYTES again (ws has no such event), 'close' when it ends. */
   private readonly outbox = new EventEmitter();
   private handshaken = false;
@@ -94,21 +93,20 @@ export class WindieSocket {
       this.close(POLICY_VIOLATION, err instanceof ApiError ? err.message : 'unauthenticated');
     }
     this.handshakeTimer = setTimeout(() => this.close(POLICY_VIOLATION, 'no handshake'), deps.handshakeTimeoutMs ?? 10_000);
-    // One message at a time, in order: a rehydrate must be bound before the query after it looks it up.
-    socket.on('message', (data, isBinary) => {
-      if (this.closed) return;
-      const raw = isBinary ? null : data.toString();
-      const chars = raw?.length ?? 0;
-      this.pendingMessages++;
-      this.pendingChars += chars;
-      // A client that sends faster than it is answered (a reconnect's queries and rehydrates) is read no further.
-      if (this.pendingMessages >= MAX_PENDING_MESSAGES || this.pendingChars >= MAX_PENDING_CHARS) socket.pause();
+    // One message at a time, in order: a rehydrate must be bound before the query after it looks it up. A client
+    // that sends faster than it is answered (a reconnect's queries and rehydrates) is read no further.
+    this.inbox = new RequestInbox({
+      maxQueued: MAX_PENDING_MESSAGES,
+      maxChars: MAX_PENDING_CHARS,
       // A client that does not read its answers is not answered further until it does.
-      this.inbox = this.inbox.then(() => this.room()).then(() => this.onMessage(raw)).finally(() => {
-        this.pendingMessages--;
-        this.pendingChars -= chars;
-        if (socket.isPaused && this.pendingMessages < MAX_PENDING_MESSAGES && this.pendingChars < MAX_PENDING_CHARS) socket.resume();
-      });
+      handle: (raw) => this.room().then(() => this.onMessage(raw)),
+      pause: () => socket.pause(),
+      resume: () => {
+        if (socket.isPaused) socket.resume();
+      },
+    });
+    socket.on('message', (data, isBinary) => {
+      if (!this.closed) this.inbox.offer(isBinary ? null : data.toString());
     });
     socket.on('close', () => this.stop());
     socket.on('error', () => this.stop());
