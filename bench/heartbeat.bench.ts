@@ -12,7 +12,7 @@
 import { GATEWAY_NODE_ARGS, profiledWindow, readProbe, spawnGateway, startPrivateRedis, PROBE, profileArgs, type ProbeReport } from './support/harness.ts';
 import { loadText } from './support/machine.ts';
 import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
-import { RedisStats, round } from './support/redis-stats.ts';
+import { RedisStats, round, scriptTotal } from './support/redis-stats.ts';
 import { note, printTable, saveResults } from './support/report.ts';
 import { alternate, median, range } from './support/rounds.ts';
 import type { LatencySummary } from './support/latency.ts';
@@ -82,7 +82,7 @@ try {
     if (usesRedis) {
       out.redis_cpu_s = round(cpuSecondsOf(redis.pid) - redisCpu, 2);
       const { calls, usec } = await stats.detail();
-      out.lua_us_per_call = round((usec.evalsha ?? 0) / Math.max(1, calls.evalsha ?? 0), 1);
+      out.lua_us_per_call = round(scriptTotal(usec) / Math.max(1, scriptTotal(calls)), 1);
       out.redis_slow = await stats.slowlog();
     }
     return out;

@@ -21,7 +21,7 @@ import { summarize, type LatencySummary } from './support/latency.ts';
 import { loadText } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
 import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
-import { RedisStats, round, totalCalls } from './support/redis-stats.ts';
+import { RedisStats, round, scriptTotal, totalCalls } from './support/redis-stats.ts';
 import { note, printTable, progress, saveResults } from './support/report.ts';
 import { alternate, median, range, type Sample } from './support/rounds.ts';
 import { startStack } from './support/stack.ts';
@@ -79,7 +79,7 @@ async function main(): Promise<void> {
       if (withRedis) {
         const calls = await stats.counts();
         figures.redis_commands_per_turn = round(totalCalls(calls) / done.turns, 1);
-        figures.redis_scripts_per_turn = round(((calls.evalsha ?? 0) + (calls.eval ?? 0)) / done.turns, 1);
+        figures.redis_scripts_per_turn = round(scriptTotal(calls) / done.turns, 1);
         figures.cpu_ms_per_turn = { gateway: cpuUsed[0]!, worker: cpuUsed[1]!, redis: cpuUsed[2]! };
       }
       // Read after the counts and CPU above, so the reads are not in them.

@@ -1,14 +1,14 @@
 // Where a team task's Redis commands go: the overhead bench's one-worker task (POST /api/tasks, then WatchTeam to
 // its end) on the real gateway and worker pool, with Redis's MONITOR open for one task after a warm-up. Prints every
 // call in order (which connection made it; a script by its name, BullMQ's or the store's) with the commands it ran,
-// counted as INFO commandstats counts them (the EVALSHA and each command inside it), then the totals. Not a bench:
+// counted as INFO commandstats counts them (the FCALL or EVALSHA and each command inside it), then the totals. Not a bench:
 // nothing is timed, and one task on a quiet pool shows BullMQ polling a little more than 8 tasks in flight do.
 //
 //   npm exec -- node bench/trace-task.ts
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { Redis } from 'ioredis';
-import { scriptNamesBySha } from '@cadre/store';
+import { scriptNamesByFunction } from '@cadre/store';
 import { BENCH_API_KEY, PROBE, grpcChannels, openWatch } from './support/harness.ts';
 import { until } from './support/latency.ts';
 import { startStack } from './support/stack.ts';
@@ -24,9 +24,9 @@ interface Call {
   commands: number;
 }
 
-/** Every script a call may run, by SHA: the store's and BullMQ's (`bull:<name>`). */
+/** Every script a call may run: the store's by function name (FCALL), BullMQ's by SHA (EVALSHA, `bull:<name>`). */
 function scriptNames(): Map<string, string> {
-  const names = scriptNamesBySha();
+  const names = scriptNamesByFunction();
   // BullMQ's script sources (its ESM build's imports have no file extensions, so Node loads only the CJS one).
   const bullScripts = createRequire(import.meta.url)('bullmq/dist/cjs/scripts/index.js') as Record<string, { name: string; content: string }>;
   for (const s of Object.values(bullScripts)) {
@@ -77,13 +77,13 @@ try {
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
     lastLine = Date.now();
     const last = calls.at(-1);
-    // Commands a script runs come from "lua" right after its EVALSHA.
+    // Commands a script runs come from "lua" right after its FCALL or EVALSHA.
     if (source === 'lua' && typeof last === 'object') {
       last.commands++;
       return;
     }
     const cmd = args[0]!.toLowerCase();
-    const call = cmd === 'evalsha' ? names.get(args[1]!) ?? `script ${args[1]!.slice(0, 8)}` : cmd;
+    const call = cmd === 'evalsha' || cmd === 'fcall' ? names.get(args[1]!) ?? `script ${args[1]!.slice(0, 8)}` : cmd;
     calls.push({ caller: callers.get(source) ?? source, call, commands: 1 });
   });
   let ended = false;

@@ -52,12 +52,12 @@ async function runTask(measure: (step: () => Promise<unknown>) => Promise<unknow
 
 describe('Redis commands per team task (store)', () => {
   it('a one-worker named team, from creation to the task end', async () => {
-    // Once before counting: every script's first run on a server is an EVALSHA refused with NOSCRIPT, then an EVAL.
+    // Once before counting: the store's first call on a server is an FCALL refused (no library yet), then its load.
     await runTask((step) => step());
     const counts: number[] = [];
     await runTask(async (step) => counts.push(Object.values(await commandsOf(admin, redis, step)).reduce((a, b) => a + b, 0)));
     const steps = { create: counts[0], worker: counts[1], lead: counts[2] };
-    // create: the enqueue mark and its removal (2), createTask (8: EVALSHA, EXISTS, TIME, an HSET for the meta and
+    // create: the enqueue mark and its removal (2), createTask (8: FCALL, EXISTS, TIME, an HSET for the meta and
     // one for the roster, the task_queued append's HINCRBY, XADD, SPUBLISH), the listing (indexTask 5, SADD of the
     // workspace, HINCRBY of the stats). worker: claim 13 (with its parked read and its first phase's append),
     // finish 11. lead: claim 9 (with the roster), append 7, finish with the task's end 18, then the stats and the

@@ -200,12 +200,12 @@ describe('runs API: the original contract', () => {
       await redis.ping(); // a Cluster client knows its masters once connected
       // The last command of the named connection on every node (a Cluster client has one per master). A heartbeat
       // before each look: a Cluster client's periodic CLUSTER SLOTS may be the last command on the node it picked.
-      await waitUntil('the heartbeat connection to have run the heartbeat script by its SHA', async () => {
+      await waitUntil('the heartbeat connection to have run the heartbeat script (its function)', async () => {
         await heartbeat();
         const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
         const lists = await Promise.all(nodes.map((node) => node.client('LIST') as Promise<string>));
         const lastCommands = lists.flatMap((list) => list.split('\n')).filter((line) => line.includes(' name=cadre-gateway-heartbeats ')).map((line) => /\bcmd=(\S+)/.exec(line)?.[1]);
-        return lastCommands.includes('evalsha') ? true : undefined;
+        return lastCommands.includes('fcall') ? true : undefined;
       }, { timeoutMs: 5_000 });
     } finally {
       redis.disconnect();

@@ -43,7 +43,7 @@ const B = { workspaces: 'ws-b' } as const;
 describe('a message to a session the engine has seen', () => {
   it('starts its turn without reading the session first: one command fewer than on an engine that never saw it', async () => {
     const creator = newEngine();
-    // Once before counting: each script's first run on a server is an EVALSHA refused with NOSCRIPT, then an EVAL.
+    // Once before counting: the store's first call on a server is an FCALL refused (no library yet), then its load.
     await creator.sendMessage(A, (await creator.create(A, { workspace_id: 'ws-a' })).session_id, { content: 'warm-up' });
     const seen = (await creator.create(A, { workspace_id: 'ws-a' })).session_id;
     const unseen = (await creator.create(A, { workspace_id: 'ws-a' })).session_id;

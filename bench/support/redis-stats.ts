@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 
-/** Calls per command from `INFO commandstats`, e.g. { xrange: 120, evalsha: 5000, 'client|setname': 3 }. */
+/** Calls per command from `INFO commandstats`, e.g. { xrange: 120, fcall: 5000, 'client|setname': 3 }. */
 export type CommandCounts = Record<string, number>;
 
 /** Our own INFO/CONFIG/SLOWLOG/PING calls, left out of every total so measuring does not count itself. */
@@ -8,7 +8,7 @@ const BENCH_OWN = new Set(['info', 'config|resetstat', 'config|get', 'config|set
 
 /**
  * Reads a private Redis's command counters on a connection of its own. Commands run inside Lua scripts are
- * counted too (Redis counts them as well as the EVALSHA that ran them).
+ * counted too (Redis counts them as well as the FCALL or EVALSHA that ran them).
  */
 export class RedisStats {
   private readonly admin: Redis;
@@ -25,7 +25,7 @@ export class RedisStats {
     return (await this.detail()).calls;
   }
 
-  /** Calls and microseconds Redis spent per command since the last reset (a script's time is its EVALSHA's). */
+  /** Calls and microseconds Redis spent per command since the last reset (a script's time is its FCALL's or EVALSHA's). */
   async detail(): Promise<{ calls: CommandCounts; usec: CommandCounts }> {
     const info = await this.admin.info('commandstats');
     const calls: CommandCounts = {};
@@ -64,6 +64,17 @@ export class RedisStats {
   async close(): Promise<void> {
     await this.admin.quit().catch(() => undefined);
   }
+}
+
+/**
+ * The commands that run Lua: the store's functions (FCALL), BullMQ's and the benches' own scripts (EVALSHA, and
+ * EVAL on a script's first run).
+ */
+const SCRIPT_COMMANDS = ['fcall', 'evalsha', 'eval'];
+
+/** `counts` (calls or microseconds) summed over the commands that run Lua. */
+export function scriptTotal(counts: CommandCounts): number {
+  return SCRIPT_COMMANDS.reduce((sum, cmd) => sum + (counts[cmd] ?? 0), 0);
 }
 
 export function totalCalls(counts: CommandCounts): number {

@@ -61,15 +61,23 @@ export function approvalDecided(approvalId: string, status: string): StoreError 
   return new StoreError('approval_decided', `approval ${approvalId} is already ${status}`);
 }
 
-/** The Lua include `errors`: SCRIPT_ERRORS as `ERR.<code>`; a name it lacks raises instead of returning nil. */
+/**
+ * The Lua include `errors`: SCRIPT_ERRORS as `ERR.<code>`. A plain table: while Redis loads a Functions library its
+ * code may call nothing but `redis.register_function` (not setmetatable), so a name the table lacks cannot raise
+ * when a call reaches it, as it did in an EVAL script; the library refuses to build instead (unknownErrorNames).
+ */
 export function luaErrorTable(): string {
   const fields = Object.entries(SCRIPT_ERRORS).map(([name, e]) => `${name} = ${e.code}`);
   return [
     '-- Generated from SCRIPT_ERRORS (libs/store/src/errors.ts) when the scripts load.',
-    `local ERR = setmetatable({ ${fields.join(', ')} }, {`,
-    "  __index = function(_, name) error('no script error named ' .. tostring(name)) end })",
+    `local ERR = { ${fields.join(', ')} }`,
     '',
   ].join('\n');
+}
+
+/** The `ERR.<name>`s a Lua source names that SCRIPT_ERRORS lacks. */
+export function unknownErrorNames(lua: string): string[] {
+  return [...lua.matchAll(/\bERR\.(\w+)/g)].map((m) => m[1]!).filter((name) => !Object.hasOwn(SCRIPT_ERRORS, name));
 }
 
 /** Checks a read cursor against a log: before the oldest retained event, or past the last one, is an error. */

@@ -4,7 +4,7 @@ export { RecentMap } from './recent-map.ts';
 export { TaskStore, workerIdFor, idempotentTaskId, type ClaimResult, type WorkerOutcome, type TaskOutcome, type EventPage, type TaskStoreOptions } from './task-store.ts';
 export * from './task-types.ts';
 export { EventFanout, GATEWAY_SHUTTING_DOWN, LogWatcher, WatchClosedError, type FanoutLogger, type FanoutOptions, type LoggedEvent, type WatchableLog } from './event-fanout.ts';
-export { eventsAppended, eventsAppendedOver, scriptNamesBySha, EVENT_LOGS, type EventLog } from './scripts.ts';
+export { eventsAppended, eventsAppendedOver, scriptNamesByFunction, scriptsAsEval, storeLibraryCode, EVENT_LOGS, type EventLog } from './scripts.ts';
 export { connectRedis, checkRedisCredentials, endConnection, isRedisUnavailable, retryWhileUnavailable, RedisAuthError, RedisNoAnswerError, type RedisClient, type ConnectOptions } from './connect.ts';
 export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, type AgentJobData, type LeadStep } from './team-queue.ts';
 export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';

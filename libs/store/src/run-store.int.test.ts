@@ -55,7 +55,7 @@ describe('heartbeat', () => {
       const result = await beat('idle-1', acked);
       expect(result).toMatchObject({ assigned_run: null, control_commands: [], worker: { worker_id: 'idle-1', current_run_id: null } });
       // The script, its clock, the worker's read and write, the lease expiry scan, the queue and the commands list.
-      expect(await commandCalls(node)).toEqual({ evalsha: 1, time: 1, hget: 1, hset: 1, zrangebyscore: 1, lpop: 1, lrange: 1 });
+      expect(await commandCalls(node)).toEqual({ fcall: 1, time: 1, hget: 1, hset: 1, zrangebyscore: 1, lpop: 1, lrange: 1 });
     } finally {
       node.disconnect();
     }

@@ -1,38 +1,103 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import type { RedisClient } from './connect.ts';
-import { luaErrorTable } from './errors.ts';
+import { luaErrorTable, unknownErrorNames } from './errors.ts';
 
-// Lua scripts live in ./lua as `<name>-<numberOfKeys>.lua` (BullMQ's convention); `--@include <file>` lines
-// inline ./lua/includes/<file>.lua so shared helpers are written once. `--@include errors` is the one include with
-// no file: the ERR table of error codes, generated from SCRIPT_ERRORS in errors.ts.
+// Lua scripts live in ./lua as `<name>-<numberOfKeys>.lua` (BullMQ's convention); `--@include <file>` lines name
+// shared helpers in ./lua/includes/<file>.lua, written once. `--@include errors` is the one include with no file:
+// the ERR table of error codes, generated from SCRIPT_ERRORS in errors.ts.
+//
+// All of them become ONE Redis Functions library (storeLibrary): FUNCTION LOAD once per server, FCALL by name. Each
+// include is defined once, when Redis loads the library, so a call runs its script's body only — inlined into an
+// EVAL script, the ~30 included functions and tables were created again on every call (bench/README.md, "Sixth
+// round"). Includes nest: each opens a `do` block inside the include it includes (event-log < approval-inbox <
+// run-log, event-log < task-log, event-log < session-log < session-inputs), and each script's function is defined
+// inside the block of its innermost include; so task, session and run scripts each see their own family's helpers
+// (all three have a `metaKey` and an `appendEvent`), as they did inlined.
+//
+// What an include takes from the call (its KEYS) or must not carry from one call to the next it declares as locals
+// and sets in `enter<IncludeName>(KEYS)` (task-log: enterTaskLog), which every function calls at its entry, outer
+// includes first. Module-level state reset at entry is safe: Redis runs one function at a time, each to its end.
 const LUA_DIR = new URL('./lua/', import.meta.url);
+const INCLUDE_LINE = /^--@include (\S+)$/gm;
+
+interface Include {
+  name: string;
+  /** The include this one includes (its block's parent), if any. */
+  parent: string | undefined;
+  lua: string;
+  /** `enter<Name>`, when the include defines one. */
+  enter: string | undefined;
+}
 
 interface ScriptSource {
   name: string;
   numberOfKeys: number;
-  lua: string;
+  /** The innermost include (the block the script's function is defined in). */
+  include: string | undefined;
+  usesErrors: boolean;
+  body: string;
 }
 
-function loadScripts(): ScriptSource[] {
+const directIncludes = (lua: string): string[] => [...lua.matchAll(INCLUDE_LINE)].map((m) => m[1]!).filter((name) => name !== 'errors');
+const withoutIncludeLines = (lua: string): string => lua.replace(INCLUDE_LINE, '');
+
+/** `name` and the includes around it, innermost first. */
+function chainOf(name: string | undefined, includes: ReadonlyMap<string, Include>): Include[] {
+  const chain: Include[] = [];
+  for (let include = name ? includes.get(name) : undefined; include; include = include.parent ? includes.get(include.parent) : undefined) chain.push(include);
+  return chain;
+}
+
+/** Of a file's includes, the one inside all the others: they must form one chain, or one block cannot hold them all. */
+function innermost(names: string[], includes: ReadonlyMap<string, Include>, file: string): string | undefined {
+  const inner = names.find((name) => names.every((other) => chainOf(name, includes).some((i) => i.name === other)));
+  if (names.length > 0 && !inner) throw new Error(`${file}: its includes (${names.join(', ')}) must each include the one before`);
+  return inner;
+}
+
+/** A script naming an error code the table lacks would answer nil where it means to refuse: no library has it. */
+function refuseUnknownErrors(lua: string, file: string): void {
+  const unknown = unknownErrorNames(lua);
+  if (unknown.length > 0) throw new Error(`${file}: no script error named ${unknown.join(', ')} (errors.ts SCRIPT_ERRORS)`);
+}
+
+function loadIncludes(): Map<string, Include> {
+  const includes = new Map<string, Include>();
+  const load = (name: string): void => {
+    if (includes.has(name)) return;
+    const lua = readFileSync(new URL(`includes/${name}.lua`, LUA_DIR), 'utf8');
+    const direct = directIncludes(lua);
+    direct.forEach(load);
+    const enter = `enter${name.replace(/(?:^|-)(\w)/g, (_, c: string) => c.toUpperCase())}`;
+    refuseUnknownErrors(lua, `includes/${name}.lua`);
+    includes.set(name, {
+      name,
+      parent: innermost(direct, includes, `includes/${name}.lua`),
+      lua: withoutIncludeLines(lua),
+      enter: new RegExp(`^local function ${enter}\\(`, 'm').test(lua) ? enter : undefined,
+    });
+  };
+  for (const file of readdirSync(new URL('includes/', LUA_DIR))) load(file.replace(/\.lua$/, ''));
+  return includes;
+}
+
+function loadScripts(includes: ReadonlyMap<string, Include>): ScriptSource[] {
   return readdirSync(LUA_DIR)
     .filter((file) => file.endsWith('.lua'))
     .map((file) => {
       const match = /^(\w+)-(\d+)\.lua$/.exec(file);
       if (!match) throw new Error(`lua script ${file} must be named <name>-<numberOfKeys>.lua`);
       const raw = readFileSync(new URL(file, LUA_DIR), 'utf8');
-      return { name: match[1]!, numberOfKeys: Number(match[2]), lua: countingAppends(inline(raw)) };
+      refuseUnknownErrors(raw, file);
+      return {
+        name: match[1]!,
+        numberOfKeys: Number(match[2]),
+        include: innermost(directIncludes(raw), includes, file),
+        usesErrors: /^--@include errors$/m.test(raw),
+        body: withoutIncludeLines(raw),
+      };
     });
-}
-
-/** Inlines `--@include` lines (recursively, each file once). */
-function inline(source: string, seen = new Set<string>()): string {
-  return source.replace(/^--@include (\S+)$/gm, (_, inc: string) => {
-    if (seen.has(inc)) return '';
-    seen.add(inc);
-    if (inc === 'errors') return luaErrorTable();
-    return inline(readFileSync(new URL(`includes/${inc}.lua`, LUA_DIR), 'utf8'), seen);
-  });
 }
 
 /** The kinds of event log the scripts append to (event-log.lua's `log` argument), as the metric labels them. */
@@ -40,20 +105,87 @@ export const EVENT_LOGS = ['task', 'run', 'session', 'approvals'] as const;
 export type EventLog = (typeof EVENT_LOGS)[number];
 
 /**
- * Wraps a script so that its reply also says how many events it appended to each kind of log: appendToLog
- * (event-log.lua) counts into `appendedEvents`, declared here around the script's body. Every script goes through
- * this one place, so no call site counts by hand and none can forget to. The reply becomes
- * `[<count per EVENT_LOGS>..., <the script's own reply>]` (the reply last: a nil reply leaves the counts in place).
+ * Every call's reply also says how many events it appended to each kind of log: appendToLog (event-log.lua) counts
+ * into `appendedEvents`, declared here. Every script goes through this one place, so no call site counts by hand
+ * and none can forget to. The reply becomes `[<count per EVENT_LOGS>..., <the script's own reply>]` (the reply
+ * last: a nil reply leaves the counts in place). One table for every call: beginCall resets it at each entry.
  */
-function countingAppends(lua: string): string {
-  return [
-    `local appendedEvents = { ${EVENT_LOGS.map((log) => `${log} = 0`).join(', ')} }`,
-    'local function script()',
-    lua,
-    'end',
-    'local reply = script()',
-    `return { ${EVENT_LOGS.map((log) => `appendedEvents.${log}`).join(', ')}, reply }`,
-  ].join('\n');
+const COUNTING = [
+  `local appendedEvents = { ${EVENT_LOGS.map((log) => `${log} = 0`).join(', ')} }`,
+  `local function beginCall() ${EVENT_LOGS.map((log) => `appendedEvents.${log} = 0`).join(' ')} end`,
+  `local function withCounts(reply) return { ${EVENT_LOGS.map((log) => `appendedEvents.${log}`).join(', ')}, reply } end`,
+].join('\n');
+
+/** A call's entry: the counts reset, then each include's enter<Name>, outer includes first; then the script. */
+function entry(script: ScriptSource, includes: ReadonlyMap<string, Include>): string {
+  const enters = chainOf(script.include, includes).reverse().flatMap((i) => (i.enter ? [`${i.enter}(KEYS)`] : []));
+  return ['beginCall()', ...enters, 'return withCounts(script(KEYS, ARGV))'].join('\n');
+}
+
+/** The script's body as a function of (KEYS, ARGV): functions may not read KEYS and ARGV as globals. */
+const scriptFunction = (script: ScriptSource): string => ['local function script(KEYS, ARGV)', script.body, 'end'].join('\n');
+
+interface StoreFunction {
+  /** The FCALL name: `<script>_<hash12>`. */
+  name: string;
+  numberOfKeys: number;
+}
+
+interface StoreLibrary {
+  /** `cadre_<hash12>`, the hash of the library's code. */
+  name: string;
+  code: string;
+  functions: Map<string, StoreFunction>;
+}
+
+/**
+ * The library, named by its content's hash, as are its functions: FUNCTION LOAD refuses a function name another
+ * library holds, so a rolling upgrade's old and new processes each load and call their own library on one Redis.
+ * A replaced library stays on the server until FUNCTION DELETE or FUNCTION FLUSH (it is small, and an old process
+ * may still be calling it).
+ */
+function buildLibrary(): StoreLibrary {
+  const includes = loadIncludes();
+  const scripts = loadScripts(includes);
+  const code = (libraryName: string, suffix: string): string => {
+    const block = (include: Include | undefined): string[] => [
+      ...(include ? ['do', include.lua] : []),
+      ...scripts
+        .filter((s) => s.include === include?.name)
+        // Its own block: `script` is a local, and the top level may hold at most 200 of them.
+        .flatMap((s) => ['do', scriptFunction(s), `redis.register_function('${s.name}${suffix}', function(KEYS, ARGV)`, entry(s, includes), 'end)', 'end']),
+      ...[...includes.values()].filter((i) => i.parent === include?.name).flatMap(block),
+      ...(include ? ['end'] : []),
+    ];
+    return [`#!lua name=${libraryName}`, luaErrorTable(), COUNTING, ...block(undefined)].join('\n');
+  };
+  const hash = createHash('sha1').update(code('cadre', '')).digest('hex').slice(0, 12);
+  return {
+    name: `cadre_${hash}`,
+    code: code(`cadre_${hash}`, `_${hash}`),
+    functions: new Map(scripts.map((s) => [s.name, { name: `${s.name}_${hash}`, numberOfKeys: s.numberOfKeys }])),
+  };
+}
+
+let library: StoreLibrary | undefined;
+const storeLibrary = (): StoreLibrary => (library ??= buildLibrary());
+
+/**
+ * The scripts as EVAL scripts, each with its includes inlined, as the store ran them before the library: kept for
+ * bench/script-cost.ts, which measures one way against the other. Not used by the store.
+ */
+export function scriptsAsEval(): Map<string, { lua: string; numberOfKeys: number }> {
+  const includes = loadIncludes();
+  return new Map(loadScripts(includes).map((s) => [s.name, {
+    numberOfKeys: s.numberOfKeys,
+    lua: [
+      ...(s.usesErrors ? [luaErrorTable()] : []),
+      COUNTING,
+      ...chainOf(s.include, includes).reverse().map((i) => i.lua),
+      scriptFunction(s),
+      entry(s, includes),
+    ].join('\n'),
+  }]));
 }
 
 /** Events appended by the scripts each connection ran: what this process wrote, per kind of log. */
@@ -76,27 +208,39 @@ export function eventsAppendedOver(connections: readonly RedisClient[]): Record<
   return sum;
 }
 
-let cached: ScriptSource[] | undefined;
-
-const shaOf = (source: ScriptSource): string => createHash('sha1').update(source.lua).digest('hex');
-
-/** Each store script's name by the SHA it runs under (EVALSHA), for tools that read a Redis MONITOR. */
-export function scriptNamesBySha(): Map<string, string> {
-  cached ??= loadScripts();
-  return new Map(cached.map((source) => [shaOf(source), source.name]));
+/** Each store script's name by its function's name (what FCALL names), for tools that read a Redis MONITOR. */
+export function scriptNamesByFunction(): Map<string, string> {
+  return new Map([...storeLibrary().functions].map(([script, fn]) => [fn.name, script]));
 }
 
+/** The library's code (FUNCTION LOAD), for tests and benches that load it themselves. */
+export const storeLibraryCode = (): string => storeLibrary().code;
+
+const isFunctionNotFound = (err: unknown): boolean => err instanceof Error && /^ERR Function not found/i.test(err.message);
+
+/** Replies that say a command was not run where it was sent (a Cluster's slot moved or is unavailable meanwhile). */
+const isRedirectOrClusterState = (err: Error): boolean => /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(err.message);
+
 /**
- * Runs `script` by its SHA (EVALSHA); a server that does not hold it yet (first use, restart, failover) answers
- * NOSCRIPT, and the script is sent whole (EVAL), which loads it for the next time.
+ * Calls the script's function (FCALL). A server without the library (first use, a restart without persistence, a
+ * failover to a node that never had it) answers "Function not found": the library is loaded (FUNCTION LOAD) and the
+ * call made again, pipelined after it. A pipeline goes to one node, on a Cluster the node of the FCALL's key, so the
+ * library reaches the very node that answered (FUNCTION LOAD has no key to be routed by). A concurrent caller may
+ * have loaded it first ("already exists": the same code, by its name).
  */
-async function run(redis: RedisClient, script: ScriptSource & { sha: string }, args: ScriptArg[]): Promise<unknown[]> {
+async function run(redis: RedisClient, fn: StoreFunction, args: ScriptArg[]): Promise<unknown[]> {
   try {
-    return (await redis.evalsha(script.sha, script.numberOfKeys, ...args)) as unknown[];
+    return (await redis.fcall(fn.name, fn.numberOfKeys, ...args)) as unknown[];
   } catch (err) {
-    if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-    return (await redis.eval(script.lua, script.numberOfKeys, ...args)) as unknown[];
+    if (!isFunctionNotFound(err)) throw err;
   }
+  const replies = await redis.pipeline().call('FUNCTION', 'LOAD', storeLibrary().code).fcall(fn.name, fn.numberOfKeys, ...args).exec();
+  const [[loadErr], [callErr, reply]] = replies as [[Error | null, unknown], [Error | null, unknown]];
+  if (loadErr && !/already exists/.test(loadErr.message)) throw loadErr;
+  if (!callErr) return reply as unknown[];
+  // Not run there: sent alone, ioredis follows the Cluster where the slot went (and waits out a failover).
+  if (isRedirectOrClusterState(callErr)) return (await redis.fcall(fn.name, fn.numberOfKeys, ...args)) as unknown[];
+  throw callErr;
 }
 
 const scriptsByConnection = new WeakMap<RedisClient, StoreScripts>();
@@ -161,12 +305,10 @@ export interface StoreScripts {
 export function scriptsOf(redis: RedisClient): StoreScripts {
   let scripts = scriptsByConnection.get(redis);
   if (!scripts) {
-    cached ??= loadScripts();
     const counts = eventsAppended(redis) as Record<EventLog, number>;
-    scripts = Object.fromEntries(cached.map((source) => {
-      const script = { ...source, sha: shaOf(source) };
-      return [source.name, async (...args: ScriptArg[]) => {
-        const reply = await run(redis, script, args);
+    scripts = Object.fromEntries([...storeLibrary().functions].map(([name, fn]) => {
+      return [name, async (...args: ScriptArg[]) => {
+        const reply = await run(redis, fn, args);
         for (let i = 0; i < EVENT_LOGS.length; i++) counts[EVENT_LOGS[i]!] += reply[i] as number;
         return reply[EVENT_LOGS.length] ?? null;
       }];

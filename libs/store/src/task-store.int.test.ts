@@ -134,14 +134,18 @@ describe('fencing by lease', () => {
 });
 
 describe('scripts', () => {
-  it('run by SHA, and are sent whole when the server has lost them (SCRIPT FLUSH: a restart or failover)', async () => {
+  it('run as one Functions library, loaded again when the server has lost it (a restart without persistence, a failover)', async () => {
     await newTask();
     // Not defined as ioredis commands: those are copied onto every pipeline the connection builds.
     expect('createTask' in redis).toBe(false);
-    await redis.script('FLUSH');
+    const masters = 'nodes' in redis ? redis.nodes('master') : [redis];
+    const libraries = async () => (await Promise.all(masters.map((node) => node.call('FUNCTION', 'LIST') as Promise<unknown[]>))).flat();
+    expect(await libraries()).not.toEqual([]);
+    // What a restarted server without persistence holds: no library (FUNCTION FLUSH reaches each master's replicas).
+    await Promise.all(masters.map((node) => node.call('FUNCTION', 'FLUSH')));
+    expect(await libraries()).toEqual([]);
     const { task } = await store.createTask({ workspace_id: 'w', goal: 'after a flush', team, metadata: {} });
     expect((await store.getTask(task.task_id))?.goal).toBe('after a flush');
-    const stats = await redis.info('commandstats');
-    expect(stats).toMatch(/cmdstat_eval:calls=\d+/);
+    expect(JSON.stringify(await libraries())).toMatch(/"cadre_[0-9a-f]{12}"/);
   });
 });

@@ -1,4 +1,4 @@
--- A workspace's approvals inbox (inlined at `--@include approval-inbox`), written after every approval transition
+-- A workspace's approvals inbox (`--@include approval-inbox`), written after every approval transition
 -- of its tasks, sessions and runs. `base` is `<prefix>:{w:<ws>}` (KeyBuilder.workspace): the log and the pending
 -- index lie in the workspace's slot, beside its run keys.
 --   <base>:approvals:meta|events   the inbox log (GET /api/approvals/stream)

@@ -1,9 +1,16 @@
--- The append-only event log shared by task and run scripts (inlined at `--@include event-log`).
+-- The append-only event log shared by task and run scripts (`--@include event-log`).
 -- A log is a meta hash (field `seq` = last seq) and a stream whose entry ids are `<seq>-0`.
 
 -- One TIME per script run: its events and fields share one timestamp (the run is atomic anyway), and a script
 -- that appends several events does not ask the clock for each.
 local scriptNowMs
+
+-- The library's top level runs once, when Redis loads it: what a call must not inherit from the one before is
+-- reset here, at every call's entry (scripts.ts calls each include's enter<Name> before the script).
+local function enterEventLog()
+  scriptNowMs = nil
+end
+
 local function nowMs()
   if not scriptNowMs then
     local t = redis.call('TIME')
@@ -38,8 +45,8 @@ end
 -- slot (KeyBuilder.taskAppended & co.), so only the nodes and gateways that watch this log hear it, on Redis
 -- Cluster as on one node.
 -- `log` is the kind of log (task | run | session | approvals): the append is counted in `appendedEvents`, which
--- the script loader declares around every script and returns with its reply (scripts.ts), so the process that
--- ran the script counts what it appended (cadre_events_appended_total).
+-- the script loader declares, resets at every call and returns with the script's reply (scripts.ts), so the
+-- process that ran the script counts what it appended (cadre_events_appended_total).
 local function appendToLog(log, metaKey, eventsKey, logId, maxLen, channel, fields)
   local seq = redis.call('HINCRBY', metaKey, 'seq', 1)
   -- One string for the stream and the notice, so both carry the same bytes.

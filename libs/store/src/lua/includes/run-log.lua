@@ -1,4 +1,4 @@
--- Shared by every run script (inlined at `--@include run-log`). All of a workspace's run keys share the hash tag
+-- Shared by every run script (`--@include run-log`). All of a workspace's run keys share the hash tag
 -- `{w:<workspace>}` so a heartbeat (worker, queue, run, log, commands) is one script on one slot. Scripts get
 -- KEYS[1] = `<base>:workers` (base = `<prefix>:{w:<ws>}`, KeyBuilder.workspace); every other key is derived from
 -- that declared key, never from ARGV, so it carries the same hash tag and lies in the same slot. (Which runs a
@@ -7,12 +7,21 @@
 --@include event-log
 --@include approval-inbox
 
-local base = string.sub(KEYS[1], 1, -(#':workers' + 1))
-local workersKey = base .. ':workers'
-local queueKey = base .. ':queue'          -- list: run ids awaiting a worker, FIFO (requeued runs go first)
-local activeKey = base .. ':active'        -- set: runs not yet stopped/completed/failed (the active-run cap)
-local expiryKey = base .. ':expiry'        -- zset: bound run id -> lease expiry (ms)
+local base, workersKey
+local queueKey    -- list: run ids awaiting a worker, FIFO (requeued runs go first)
+local activeKey   -- set: runs not yet stopped/completed/failed (the active-run cap)
+local expiryKey   -- zset: bound run id -> lease expiry (ms)
 -- also <base>:runs (zset: run id -> created ms, for listing) and <base>:leases (lease id counter)
+
+-- The approvals this script cancelled (records as JSON, the script's reply carries them): the store reports
+-- them as decisions (cadre_approval_decisions_total{outcome="cancelled"}), as it does the ones it decides itself.
+local cancelledApprovals
+
+local function enterRunLog(KEYS)
+  base = string.sub(KEYS[1], 1, -(#':workers' + 1))
+  workersKey, queueKey, activeKey, expiryKey = base .. ':workers', base .. ':queue', base .. ':active', base .. ':expiry'
+  cancelledApprovals = {}
+end
 local function runMeta(runId) return base .. ':run:' .. runId .. ':meta' end
 local function runEvents(runId) return base .. ':run:' .. runId .. ':events' end
 local function commandsKey(workerId) return base .. ':cmds:' .. workerId end
@@ -80,10 +89,6 @@ local function resolveRunApproval(runId, a, maxLen, channel)
   announceApproval(channel, 'approval_decided', encoded)
   return encoded
 end
-
--- The approvals this script cancelled (records as JSON, the script's reply carries them): the store reports
--- them as decisions (cadre_approval_decisions_total{outcome="cancelled"}), as it does the ones it decides itself.
-local cancelledApprovals = {}
 
 -- Cancels the run's pending approvals (the run was stopped, or its attempt lost its lease), oldest first.
 local function cancelRunApprovals(runId, reason, now, maxLen, channel)

@@ -1,4 +1,4 @@
--- Steering and follow-up queues (inlined at `--@include session-inputs`), for scripts that hold every key of the
+-- Steering and follow-up queues (`--@include session-inputs`), for scripts that hold every key of the
 -- session: the four session keys plus KEYS[5] the steer list, KEYS[6] the follow-up list, KEYS[7] the approvals
 -- hash (earlier turns' approval records, see clearCalls) and KEYS[8] the grants set (decideSessionApproval-5.lua).
 -- Each entry is JSON {input_id, content, queued_at}. The meta hash holds the modes: `steering_mode` and `follow_up_mode`
@@ -6,7 +6,11 @@
 -- Every input gets exactly one outcome event after input_queued: input_delivered (with the turn) or input_dropped.
 --@include session-log
 
-local steerKey, followKey, approvalsKey, grantsKey = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local steerKey, followKey, approvalsKey, grantsKey
+
+local function enterSessionInputs(KEYS)
+  steerKey, followKey, approvalsKey, grantsKey = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+end
 
 local function inputMode(field)
   local mode = redis.call('HGET', metaKey, field)

@@ -1,11 +1,15 @@
--- Shared by every session script (inlined at `--@include session-log`).
+-- Shared by every session script (`--@include session-log`).
 -- KEYS[1] meta hash, KEYS[2] events stream, KEYS[3] transcript list, KEYS[4] calls hash; all share the
 -- session's hash tag {s:<id>}. The meta hash holds the session's fields plus `seq` (last seq), `status`
 -- (idle | running | waiting_tool | closed), `lease` (the BullMQ lock token of the turn attempt holding the
 -- session, '' when none), `wake` (how many times a turn was started or resumed: it names the turn's job).
 --@include event-log
 
-local metaKey, eventsKey, transcriptKey, callsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local metaKey, eventsKey, transcriptKey, callsKey
+
+local function enterSessionLog(KEYS)
+  metaKey, eventsKey, transcriptKey, callsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+end
 
 -- A session event: t type, p payload JSON. The log id (what the appended channel carries) is the session id.
 local function appendEvent(sessionId, maxLen, channel, eventType, payload)

@@ -1,8 +1,12 @@
--- Shared by every task script (inlined by the script loader at `--@include task-log`).
+-- Shared by every task script (`--@include task-log`).
 -- KEYS[1] meta hash, KEYS[2] events stream, KEYS[3] roster hash; all share the task's hash tag.
 --@include event-log
 
-local metaKey, eventsKey, rosterKey = KEYS[1], KEYS[2], KEYS[3]
+local metaKey, eventsKey, rosterKey
+
+local function enterTaskLog(KEYS)
+  metaKey, eventsKey, rosterKey = KEYS[1], KEYS[2], KEYS[3]
+end
 
 local TERMINAL = { completed = true, failed = true, cancelled = true }
 
