@@ -36,6 +36,7 @@ describe('the one table of script errors', () => {
     try {
       // Loaded as the store's library is: the table at its top level, read by a function.
       const code = `#!lua name=${library}\n${luaErrorTable()}redis.register_function('${library}_code', function(KEYS, ARGV) return ERR[ARGV[1]] end)`;
+      await redis.ping(); // a Cluster client knows its masters once connected
       const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
       await Promise.all(nodes.map((node) => node.call('FUNCTION', 'LOAD', code)));
       for (const [name, { code: number }] of Object.entries(SCRIPT_ERRORS)) {
