@@ -18,6 +18,7 @@ import { luaErrorTable, unknownErrorNames } from './errors.ts';
 // What an include takes from the call (its KEYS) or must not carry from one call to the next it declares as locals
 // and sets in `enter<IncludeName>(KEYS)` (task-log: enterTaskLog), which every function calls at its entry, outer
 // includes first. Module-level state reset at entry is safe: Redis runs one function at a time, each to its end.
+// No function is flagged `no-writes`: every script writes.
 const LUA_DIR = new URL('./lua/', import.meta.url);
 const INCLUDE_LINE = /^--@include (\S+)$/gm;
 
