@@ -144,8 +144,9 @@ describe('scripts', () => {
     // What a restarted server without persistence holds: no library (FUNCTION FLUSH reaches each master's replicas).
     await Promise.all(masters.map((node) => node.call('FUNCTION', 'FLUSH')));
     expect(await libraries()).toEqual([]);
-    const { task } = await store.createTask({ workspace_id: 'w', goal: 'after a flush', team, metadata: {} });
-    expect((await store.getTask(task.task_id))?.goal).toBe('after a flush');
+    // Several at once, as a busy process's calls meet a restarted server: each loads it, all but one find it loaded.
+    const created = await Promise.all([1, 2, 3].map((i) => store.createTask({ workspace_id: 'w', goal: `after a flush ${i}`, team, metadata: {} })));
+    for (const [i, { task }] of created.entries()) expect((await store.getTask(task.task_id))?.goal).toBe(`after a flush ${i + 1}`);
     expect(JSON.stringify(await libraries())).toMatch(/"cadre_[0-9a-f]{12}"/);
   });
 });
