@@ -1,8 +1,10 @@
 // How every Cadre process stops: once, on the first of SIGTERM, SIGINT or SIGHUP, or when the process that
 // started it goes away (`npm start` sets that up for its children, so a stack killed with -9 leaves nothing behind),
-// and the one bounded wait for a promise that may never settle (a close, a probe, a command to a Redis that is down).
+// the one bounded wait for a promise that may never settle (a close, a probe, a command to a Redis that is down),
+// and the chained timer the sweepers repeat their passes on.
 
 export { awaitWithin } from './await-within.ts';
+export { repeatPass, type RepeatedPass } from './repeat-pass.ts';
 
 export interface ShutdownOptions {
   /** Drains and closes; the process exits 0 when it resolves, 1 if it throws. */

@@ -1,5 +1,6 @@
 import type { Logger } from '@cadre/observability';
 import type { RunStore } from '@cadre/store';
+import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 
 /**
  * Expires the leases of runs whose worker stopped heartbeating, in every workspace, on a chained timer. Every
@@ -7,8 +8,7 @@ import type { RunStore } from '@cadre/store';
  * expire their own workspace's leases, so busy workspaces do not wait for the sweep.)
  */
 export class LeaseSweeper {
-  private timer: NodeJS.Timeout | undefined;
-  private stopped = false;
+  private repeat: RepeatedPass | undefined;
   private readonly store: RunStore;
   private readonly intervalMs: number;
   private readonly logger: Logger;
@@ -20,18 +20,11 @@ export class LeaseSweeper {
   }
 
   start(): void {
-    this.schedule();
+    this.repeat = repeatPass(() => this.sweep(), { intervalMs: this.intervalMs });
   }
 
   stop(): void {
-    this.stopped = true;
-    clearTimeout(this.timer);
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => void this.sweep(), this.intervalMs);
-    this.timer.unref();
+    void this.repeat?.stop();
   }
 
   private async sweep(): Promise<void> {
@@ -41,6 +34,5 @@ export class LeaseSweeper {
     } catch (err) {
       this.logger.error({ err }, 'lease sweep failed');
     }
-    this.schedule();
   }
 }

@@ -2,6 +2,7 @@ import type { Logger } from '@cadre/observability';
 import type { SessionEngine } from '@cadre/session';
 import type { TaskStore, TeamQueue } from '@cadre/store';
 import { scrubError } from '@cadre/observability';
+import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 
 /**
  * Finishes the creations a gateway died in the middle of. A task is written (one script) before its jobs are added
@@ -9,12 +10,11 @@ import { scrubError } from '@cadre/observability';
  * once the jobs are in. A mark older than `graceMs` means that gateway died: the sweeper enqueues the task if it is
  * still queued (job ids derive from the task, so a job that is already there is not added twice) and clears the
  * mark. Sessions the same way: a change that woke a turn (a message, a tool result, a turn's end in a worker) whose
- * process died before the turn's job was added (SessionEngine.enqueueStranded). Every gateway runs one on a chained
- * timer; replicas only repeat each other's no-ops.
+ * process died before the turn's job was added (SessionEngine.enqueueStranded). Every gateway runs one (repeatPass);
+ * replicas only repeat each other's no-ops.
  */
 export class EnqueueSweeper {
-  private timer: NodeJS.Timeout | undefined;
-  private stopped = false;
+  private repeat: RepeatedPass | undefined;
   private readonly opts: { store: TaskStore; queue: TeamQueue; sessions: SessionEngine; graceMs: number; logger: Logger };
 
   constructor(opts: { store: TaskStore; queue: TeamQueue; sessions: SessionEngine; graceMs: number; logger: Logger }) {
@@ -22,12 +22,11 @@ export class EnqueueSweeper {
   }
 
   start(): void {
-    this.schedule();
+    this.repeat = repeatPass(() => this.pass(), { intervalMs: Math.max(50, Math.floor(this.opts.graceMs / 4)) });
   }
 
   stop(): void {
-    this.stopped = true;
-    clearTimeout(this.timer);
+    void this.repeat?.stop();
   }
 
   /** One pass; returns how many stranded tasks and session turns it enqueued. */
@@ -56,12 +55,5 @@ export class EnqueueSweeper {
     } catch (err) {
       this.opts.logger.error({ err: scrubError(err) }, 'enqueue sweep failed');
     }
-    this.schedule();
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => void this.pass(), Math.max(50, Math.floor(this.opts.graceMs / 4)));
-    this.timer.unref();
   }
 }
