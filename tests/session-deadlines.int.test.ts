@@ -1,29 +1,27 @@
 // A parked turn moves on when its client never answers only through a deadline: the deadline job must not lose it
 // to a write Redis refused, and an approved call's deadline must not be lost between the decision and its job.
 import { randomUUID } from 'node:crypto';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deadlineJobId } from '@cadre/session';
-import { AGENT_QUEUE, KeyBuilder, SessionStore } from '@cadre/store';
+import { KeyBuilder, SessionStore } from '@cadre/store';
 import { httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { refuseWritesForMemory, startAdminStack, type AdminStack } from './support/redis-memory.ts';
 import { sessionEventsWhen, type SessionLogEvent } from './support/session-client.ts';
-import { TestStack } from './support/stack.ts';
+import type { TestStack } from './support/stack.ts';
 
+let started: AdminStack;
 let stack: TestStack;
 let admin: TestRedisClient;
 let queue: Queue;
 
 beforeAll(async () => {
   // The enqueue sweeper looks at marks older than 400 ms (a process that died mid-change).
-  stack = await TestStack.start({ env: { CADRE_ENQUEUE_GRACE_MS: '400' } });
-  admin = stack.redis.connect();
-  queue = new Queue(AGENT_QUEUE, { connection: admin, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+  started = await startAdminStack({ env: { CADRE_ENQUEUE_GRACE_MS: '400' } });
+  ({ stack, admin, queue } = started);
 });
 afterAll(async () => {
-  await admin?.config('SET', 'maxmemory', '0');
-  await queue?.close();
-  admin?.disconnect();
-  await stack?.stop();
+  await started?.stop();
 });
 
 const api = () => httpClient(stack.url);
@@ -47,9 +45,7 @@ describe('a tool deadline job whose write Redis refuses', () => {
     const { id, asked } = await askingSession(1_500);
     const jobId = deadlineJobId(id, asked.payload.tool_call_id as string);
     // Out of memory (maxmemory below what is used, noeviction) when the deadline comes.
-    const used = Number(/used_memory:(\d+)/.exec(await admin.info('memory'))![1]);
-    await admin.config('SET', 'maxmemory-policy', 'noeviction');
-    await admin.config('SET', 'maxmemory', String(Math.floor(used / 2)));
+    const oom = await refuseWritesForMemory(admin);
     try {
       await waitUntil('the deadline job to run', async () => {
         const job = await queue.getJob(jobId);
@@ -59,7 +55,7 @@ describe('a tool deadline job whose write Redis refuses', () => {
       expect({ attemptsMade: job.attemptsMade, failedReason: job.failedReason, finished: job.finishedOn !== undefined })
         .toEqual({ attemptsMade: 1, failedReason: expect.stringMatching(/^OOM /), finished: false });
     } finally {
-      await admin.config('SET', 'maxmemory', '0');
+      await oom.restore();
     }
     const evs = await sessionEventsWhen(stack.url, id, turnEnded);
     expect(evs.find((e) => e.event_type === 'tool_result')!.payload).toMatchObject({ tool_name: 'ask_user', success: false, timed_out: true });

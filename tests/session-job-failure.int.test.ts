@@ -1,44 +1,28 @@
 // A turn job that fails with an error the worker has no answer for (here: Redis refusing writes for want of memory,
 // which is no outage to ride out) ends its turn in a retryable error instead of leaving the session running for good.
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_QUEUE, KeyBuilder } from '@cadre/store';
 import { httpClient, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { oomErrors, refuseWritesForMemory, startAdminStack, type AdminStack } from './support/redis-memory.ts';
 import { sessionEventsWhen } from './support/session-client.ts';
-import { TestStack } from './support/stack.ts';
+import type { TestStack } from './support/stack.ts';
 
+let started: AdminStack;
 let stack: TestStack;
 let admin: TestRedisClient;
 let queue: Queue;
 const workerLog: Array<{ msg: string; err?: { message?: string } }> = [];
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 0 });
-  admin = stack.redis.connect();
-  queue = new Queue(AGENT_QUEUE, { connection: admin, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
+  started = await startAdminStack({ workers: 0 });
+  ({ stack, admin, queue } = started);
   const logger = pino({ level: 'warn' }, { write: (line: string) => void workerLog.push(JSON.parse(line)) });
   await stack.addWorkerPool({}, logger);
 });
 afterAll(async () => {
-  await admin?.config('SET', 'maxmemory', '0');
-  await queue?.close();
-  admin?.disconnect();
-  await stack?.stop();
+  await started?.stop();
 });
-
-/** Redis refuses every write that needs memory (OOM), as with maxmemory reached under noeviction, until `restore`. */
-async function refuseWritesForMemory(): Promise<{ restore: () => Promise<unknown> }> {
-  const used = Number(/used_memory:(\d+)/.exec(await admin.info('memory'))![1]);
-  await admin.config('SET', 'maxmemory-policy', 'noeviction');
-  await admin.config('SET', 'maxmemory', String(Math.floor(used / 2)));
-  return { restore: () => admin.config('SET', 'maxmemory', '0') };
-}
-
-/** Replies Redis has refused with OOM since it started (INFO errorstats). */
-async function oomErrors(): Promise<number> {
-  return Number(/errorstat_OOM:count=(\d+)/.exec(await admin.info('errorstats'))?.[1] ?? 0);
-}
 
 describe('a turn job that fails with an unexpected error', () => {
   it('ends the turn in a retryable internal_error, and the session takes the next message', async () => {
@@ -46,12 +30,12 @@ describe('a turn job that fails with an unexpected error', () => {
     const id = (await api.post<{ session: { session_id: string } }>('/api/sessions', { workspace_id: 'fail' })).body.session.session_id;
     await api.post(`/api/sessions/${id}/messages`, { content: 'Explain slowly [[scripted:words=400]] [[scripted:chunk_delay=20]]' });
     await sessionEventsWhen(stack.url, id, (evs) => evs.some((e) => e.event_type === 'text_delta'));
-    const oom = await refuseWritesForMemory();
+    const oom = await refuseWritesForMemory(admin);
     await waitUntil('the turn job to fail', async () => (await queue.getFailedCount()) === 1);
     expect(workerLog.find((l) => l.msg === 'session turn failed')?.err?.message).toMatch(/^OOM /);
     // Redis refuses the turn's ending too while it is still out of memory: the worker tries it again once it is not.
-    const refused = await oomErrors();
-    await waitUntil('a write refused after the job failed (the turn\'s ending)', async () => (await oomErrors()) > refused);
+    const refused = await oomErrors(admin);
+    await waitUntil('a write refused after the job failed (the turn\'s ending)', async () => (await oomErrors(admin)) > refused);
     await oom.restore();
 
     const evs = await sessionEventsWhen(stack.url, id, (all) => all.some((e) => e.event_type === 'turn_complete'));
