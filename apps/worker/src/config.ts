@@ -25,6 +25,11 @@ export function workerConfig(env: Env) {
     /** How many times a job may lose its worker before it fails for good. */
     maxAttempts: int('CADRE_MAX_ATTEMPTS', 3, { min: 1, max: 20 }),
     shutdownGraceMs: int('CADRE_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
+    /**
+     * How often each worker looks for turns whose job failed for good with their end unwritten (the turn sweep; also
+     * once at start).
+     */
+    turnSweepIntervalMs: int('CADRE_TURN_SWEEP_INTERVAL_MS', 60_000, { min: 50 }),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     /** `/metrics` of this worker on a port of its own; 0 = not served. */

@@ -8,9 +8,10 @@ import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type S
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
-import { SessionJobProcessor, type SessionJobResult } from './processors/session-job.processor.ts';
+import { SessionJobProcessor, failedByStallCheck, failedTurnError, type SessionJobResult } from './processors/session-job.processor.ts';
 import { SHUTDOWN_HAND_BACK_MS, type HandBackReason } from './processors/hand-back.ts';
 import type { RedisTarget } from '@cadre/config';
+import { TurnSweeper } from './turn-sweeper.ts';
 import type { WorkerConfig } from './config.ts';
 
 export interface WorkerPool {
@@ -140,25 +141,24 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   });
   worker.on('failed', (job: Job<AgentJobData | SessionJobData> | undefined, err: Error) => {
     if (!job) return;
-    if (!/stalled/i.test(err.message)) {
+    if (!failedByStallCheck(err.message)) {
       // A failed attempt with attempts left goes back to the queue (BullMQ's retry) and the next one resumes it.
       if (job.attemptsMade < (job.opts.attempts ?? 1) || job.name !== SESSION_TURN_JOB) return;
       // The processor threw what it had no answer for (Redis refusing writes for want of memory, a bug): the turn's
-      // end must still be written, or the session stays running for good behind the dead job's lease. What refused
-      // the turn's write may refuse this one too (Redis still over maxmemory): it is retried for a while. The error
-      // itself is in the worker's log, not for the client.
-      const error = { code: 'internal_error', message: 'the turn failed with an unexpected error; send the message again' };
+      // end must still be written, or the session stays running behind the dead job's lease. What refused the turn's
+      // write may refuse this one too (Redis still over maxmemory): it is retried for a while, and after that (or
+      // after this process exits) the turn sweep writes it.
       const turn = job.data as SessionTurnJobData;
-      void retryRefusedWrite(() => sessions.giveUpTurn(turn, error)).catch((e: unknown) => {
-        if (!(e instanceof StoreError)) logger.error({ err: e, sessionId: turn.sessionId }, 'could not end a failed turn');
+      void retryRefusedWrite(() => sessions.giveUpTurn(turn, failedTurnError(err.message, config.maxAttempts))).catch((e: unknown) => {
+        if (!(e instanceof StoreError)) logger.error({ err: e, sessionId: turn.sessionId }, 'could not end a failed turn; the turn sweep will');
       });
       return;
     }
     // A job that lost its worker too often is failed by BullMQ's stall check, not by our processor: record it.
     lostJobs.inc();
     if (job.name === SESSION_TURN_JOB) {
-      const error = { code: 'worker_lost', message: `the turn lost its worker ${config.maxAttempts} times` };
-      void sessions.giveUpTurn(job.data as SessionTurnJobData, error).catch(() => undefined);
+      // One try: a turn whose end this cannot write is the turn sweep's.
+      void sessions.giveUpTurn(job.data as SessionTurnJobData, failedTurnError(err.message, config.maxAttempts)).catch(() => undefined);
       return;
     }
     const { taskId, workerId } = job.data as AgentJobData;
@@ -173,6 +173,18 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   void worker.run();
   await worker.waitUntilReady();
 
+  const sweptTurns = new Counter({
+    name: 'cadre_session_turns_swept_total',
+    help: 'Session turns this worker\'s turn sweep ended: their job had failed for good and the worker it failed on never wrote their end',
+    registers: [metrics],
+  });
+  const turnSweeper = new TurnSweeper({
+    queue: sessionQueue, store: sessionStore, maxAttempts: config.maxAttempts, intervalMs: config.turnSweepIntervalMs, logger,
+    endTurn: (turn, error) => sessions.giveUpTurn(turn, error),
+    onEnded: () => sweptTurns.inc(),
+  });
+  turnSweeper.start();
+
   const metricsServer = config.metricsPort > 0 ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics }) : undefined;
   logger.info({ concurrency: config.concurrency, hostId: config.hostId, metricsPort: config.metricsPort || undefined }, 'worker pool ready');
 
@@ -180,6 +192,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
     metricsPort: metricsServer ? (metricsServer.address() as { port: number }).port : undefined,
     runningLoops: () => cancels.size(),
     async close(graceMs = config.shutdownGraceMs) {
+      const sweepStopped = turnSweeper.stop();
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
       const deadline = setTimeout(() => {
@@ -203,7 +216,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       clearTimeout(deadline);
       cancels.stop();
       metricsServer?.close();
-      await settlesWithin(Promise.all([queue.close(), sessionQueue.close()]), Math.max(0, cutAt - Date.now()));
+      await settlesWithin(Promise.all([queue.close(), sessionQueue.close(), sweepStopped]), Math.max(0, cutAt - Date.now()));
       // QUIT is a command too: it waits for a Redis that is down, so it gets what is left of the bound.
       await Promise.all([subscriber, redis].map(async (client) => {
         if (!(await settlesWithin(client.quit(), Math.max(0, cutAt - Date.now())))) client.disconnect();
@@ -216,12 +229,13 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
 /**
  * Runs `write` until it succeeds, a StoreError says it no longer applies, or GIVE_UP_RETRIES retries have failed:
  * waits doubling from 500 ms up to 30 s apart, about ten minutes in all (a Redis out of memory waits for an
- * operator). The waits do not keep the process alive; a worker that exits meanwhile leaves the turn running.
+ * operator). The waits do not keep the process alive; a turn whose end this never wrote is the turn sweep's.
  */
-async function retryRefusedWrite(write: () => Promise<void>): Promise<void> {
+async function retryRefusedWrite(write: () => Promise<unknown>): Promise<void> {
   for (let retry = 0; ; retry++) {
     try {
-      return await write();
+      await write();
+      return;
     } catch (err) {
       if (err instanceof StoreError || retry === GIVE_UP_RETRIES) throw err;
       await sleep(Math.min(500 * 2 ** retry, 30_000), undefined, { ref: false });

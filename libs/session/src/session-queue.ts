@@ -15,6 +15,13 @@ export interface SessionTurnJobData {
   outages?: number;
 }
 
+/** A turn job BullMQ failed for good, as the failed set keeps it. */
+export interface FailedTurnJob {
+  sessionId: string;
+  wake: number;
+  failedReason: string;
+}
+
 /** A client tool call's deadline: if the call is still pending, the model gets a tool error. */
 export interface ToolDeadlineJobData {
   sessionId: string;
@@ -83,6 +90,20 @@ export class SessionQueue {
     await Promise.all(pending.map((c) => c.approval?.status === 'pending'
       ? this.scheduleApprovalDeadline(sessionId, c.approval.approval_id, c.approval.expires_at - Date.now())
       : this.scheduleDeadline(sessionId, c.tool_call_id, c.deadline_ms - Date.now(), c.timeout_ms)));
+  }
+
+  /**
+   * A page of the jobs BullMQ failed for good (kept a day: removeOnFail), newest first from `start`: the turn jobs
+   * among them, with BullMQ's reason (what the job threw, or its stall check's "job stalled more than allowable
+   * limit"), and how many failed jobs of any kind the page held (0: past the end).
+   */
+  async failedTurns(start: number, count: number): Promise<{ turns: FailedTurnJob[]; read: number }> {
+    const jobs = await this.queue.getFailed(start, start + count - 1);
+    const turns = jobs.filter((job) => job.name === SESSION_TURN_JOB).map((job) => {
+      const { sessionId, wake } = job.data as SessionTurnJobData;
+      return { sessionId, wake, failedReason: job.failedReason ?? '' };
+    });
+    return { turns, read: jobs.length };
   }
 
   async close(): Promise<void> {

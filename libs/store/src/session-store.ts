@@ -161,6 +161,15 @@ export class SessionStore {
   }
 
   /**
+   * Whether the session's turn in progress (running or parked) is still the one `wake` named: what cancelTurn's
+   * `onlyWake` would end. A read, for sweeps that would otherwise write to learn that nothing is left to end.
+   */
+  async turnInProgressAt(sessionId: string, wake: number): Promise<boolean> {
+    const [status, current] = await this.redis.hmget(this.keys.session(sessionId).meta, 'status', 'wake');
+    return (status === 'running' || status === 'waiting_tool') && current === String(wake);
+  }
+
+  /**
    * Takes the turn for a job run: 'taken', 'recovered' (a lost attempt was recorded), 'held', or 'stale'. A
    * continuation of a parked turn also takes it out of the parked index: `parkedAt` is when it parked (ms).
    */

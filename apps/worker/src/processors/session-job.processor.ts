@@ -115,12 +115,28 @@ export class SessionJobProcessor {
   }
 
   /**
-   * Ends the turn of a job that is given up on (it met Redis outages, or lost its worker, too often) in a retryable
-   * error, if `wake` is still the session's turn (what was queued behind it starts the next turn), and counts it with
-   * its duration. The one give-up write for both.
+   * Ends the turn of a job that is given up on (it met Redis outages or lost its worker too often, or failed with an
+   * unexpected error) in a retryable error, if `wake` is still the session's turn (what was queued behind it starts
+   * the next turn), and counts it with its duration; true if it ended it. The one give-up write for all of them, the
+   * turn sweep's included.
    */
-  async giveUpTurn({ sessionId, wake }: Pick<SessionTurnJobData, 'sessionId' | 'wake'>, error: { code: string; message: string }): Promise<void> {
+  async giveUpTurn({ sessionId, wake }: Pick<SessionTurnJobData, 'sessionId' | 'wake'>, error: { code: string; message: string }): Promise<boolean> {
     const ended = await this.deps.runner.giveUp(sessionId, wake, error);
     if (ended) this.deps.turns?.turnEnded({ outcome: 'error', ...turnSeconds(ended.started_at) });
+    return ended !== null;
   }
+}
+
+/** BullMQ's stall check failed the job (it lost its worker more than maxStalledCount times), not its processor. */
+export const failedByStallCheck = (failedReason: string): boolean => /stalled/i.test(failedReason);
+
+/**
+ * The error that ends a turn whose job BullMQ failed for good, by BullMQ's reason: written by the worker that saw
+ * the job fail and, when that worker could not, by the turn sweep (TurnSweeper).
+ */
+export function failedTurnError(failedReason: string, maxAttempts: number): { code: string; message: string } {
+  if (failedByStallCheck(failedReason)) return { code: 'worker_lost', message: `the turn lost its worker ${maxAttempts} times` };
+  // The processor threw what it had no answer for (Redis refusing writes for want of memory, a bug). The error itself
+  // is in the worker's log, not for the client.
+  return { code: 'internal_error', message: 'the turn failed with an unexpected error; send the message again' };
 }
