@@ -27,7 +27,7 @@ afterAll(async () => {
 
 const SLOW = 'Explain slowly [[scripted:words=400]] [[scripted:chunk_delay=20]]';
 /** Long enough for a few sweep passes while it streams. */
-const SLOWER = 'Explain very slowly [[scripted:words=400]] [[scripted:chunk_delay=50]]';
+const SLOWER = 'Explain very slowly [[scripted:words=200]] [[scripted:chunk_delay=50]]';
 
 describe('the turn sweep', () => {
   it('ends a turn whose job failed for good and whose worker exited before writing its end; ended and newer turns stay', async () => {
