@@ -10,8 +10,8 @@ import { CancelRegistry } from './cancel-registry.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, failedByStallCheck, failedTurnError, type SessionJobResult } from './processors/session-job.processor.ts';
 import { SHUTDOWN_HAND_BACK_MS, type HandBackReason } from './processors/hand-back.ts';
-import type { RedisTarget } from '@cadre/config';
 import { TurnSweeper } from './turn-sweeper.ts';
+import type { RedisTarget } from '@cadre/config';
 import type { WorkerConfig } from './config.ts';
 
 export interface WorkerPool {
