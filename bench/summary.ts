@@ -94,6 +94,32 @@ if (ap.length) {
   rows.push(['decision → tool run (ms), p50 | p99', 'report', `${r(f((x) => (x.decision_to_tool as { p50_ms: number }).p50_ms))} | ${r(f((x) => (x.decision_to_tool as { p99_ms: number }).p99_ms))}`, '-', '-', runsText(ap)]);
   rows.push(['Redis bytes per pending approval: whole parked task | record + transcript', 'report', `${r(f((x) => x.redis_bytes_per_parked_task as number), 0)} | ${r(f((x) => x.redis_bytes_approval_keys as number), 0)}`, '-', '-', runsText(ap)]);
 }
+const pk = runsOf('parking');
+if (pk.length) {
+  const f = (k: (x: Record<string, unknown>) => number): number[] => pk.map((l) => k(l.figures));
+  const parked = [...new Set(f((x) => x.parked as number))].join(', ');
+  rows.push([`active jobs with ${parked} sessions parked on client tools, concurrency 4`, '0', r(f((x) => x.active_jobs_parked as number), 0), '-', '-', runsText(pk)]);
+  rows.push(['new task POST → worker_started while they park (ms)', 'at once', r(f((x) => x.task_start_ms as number), 0), '-', '-', runsText(pk)]);
+  rows.push(['ToolResult → next model call (ms), p50 | p99', 'report', `${r(f((x) => (x.resume as { p50_ms: number }).p50_ms))} | ${r(f((x) => (x.resume as { p99_ms: number }).p99_ms))}`, '-', '-', runsText(pk)]);
+  rows.push(['Redis bytes per parked session', 'report', r(f((x) => x.redis_bytes_per_parked_session as number), 0), '-', '-', runsText(pk)]);
+}
+// StreamSession vs the same model stream read with `openai`: what Cadre adds, per round (the raw side's own figure beside).
+const st = runsOf('streaming');
+if (st.length) {
+  type Added = { first_p50: number; lag_p99: number; relay_p99: number };
+  type StreamSample = { sessions: number; side: string; first_delta: { p50_ms: number }; relay_lag: { p99_ms: number } };
+  const added = (level: 1 | 100, k: keyof Added): number[] => st.flatMap((l) => ((l.figures.added as Record<string, Added[]>)[`at_${level}`] ?? []).map((a) => a[k]));
+  const raw = (level: number, k: (s: StreamSample) => number): number[] => st.flatMap((l) => (l.figures.samples as StreamSample[]).filter((s) => s.sessions === level && s.side === 'raw').map(k));
+  const within = (xs: number[], goal: number): string => `≤ ${goal} in ${xs.filter((x) => x <= goal).length} of ${xs.length} rounds`;
+  for (const level of [1, 100] as const) {
+    const first = added(level, 'first_p50');
+    const relay = added(level, 'relay_p99');
+    if (!first.length) continue;
+    rows.push([`StreamSession first text delta, ${level} session(s): added at p50 (ms)`, '≤ +5', r(first), `openai p50 ${r(raw(level, (s) => s.first_delta.p50_ms))}`, within(first, 5), runsText(st)]);
+    rows.push([`per-delta relay lag p99, ${level} session(s): added (ms)`, level === 100 ? '≤ +10' : 'report', r(relay), `openai p99 ${r(raw(level, (s) => s.relay_lag.p99_ms))}`, level === 100 ? within(relay, 10) : '-', runsText(st)]);
+    rows.push([`per-chunk lag p99 from the send, ${level} session(s): added (ms)`, 'report', r(added(level, 'lag_p99')), '-', '-', runsText(st)]);
+  }
+}
 printTable(`Ranges over every sample of every run of bench version ${BENCH_VERSION}${SINCE === undefined ? "" : ` measured since ${new Date(SINCE).toISOString()}`} (${new Set(lines.map((l) => l.run_id)).size} run ids in ${HISTORY_FILE})`, [
   ['claim', 'goal', 'cadre', 'baseline', 'ratio', 'runs (1-min load)'] as Cell[], ...rows,
 ]);
