@@ -20,9 +20,10 @@ const lines = (() => {
 /**
  * Runs with the gateway's flags replaced (BENCH_GATEWAY_FLAGS, even ""), with extra node flags for the gateway, or
  * with the gateway on a Unix socket to Redis (BENCH_REDIS_UNIX), and streams paced other than the goal's
- * (BENCH_CHUNK_DELAY_MS) are experiments (see bench/README.md), not the figure as shipped.
+ * (BENCH_CHUNK_DELAY_MS) are experiments (see bench/README.md), not the figure as shipped; so are runs marked by hand
+ * with the environment they ran in (`env_experiment`, e.g. MALLOC_ARENA_MAX=2).
  */
-const experiment = (l: HistoryLine): boolean => l.figures.gateway_flags_experiment !== undefined || ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0 || l.figures.redis_unix_socket === true || l.figures.pacing_experiment === true;
+const experiment = (l: HistoryLine): boolean => l.figures.gateway_flags_experiment !== undefined || ((l.figures.gateway_node_args as string[] | undefined)?.length ?? 0) > 0 || l.figures.redis_unix_socket === true || l.figures.pacing_experiment === true || l.figures.env_experiment !== undefined;
 
 type Row = [claim: string, goal: string, cadre: string, baseline: string, ratio: string, runs: string];
 const rows: Row[] = [];
