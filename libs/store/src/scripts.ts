@@ -18,6 +18,7 @@ import { luaErrorTable, unknownErrorNames } from './errors.ts';
 // What an include takes from the call (its KEYS) or must not carry from one call to the next it declares as locals
 // and sets in `enter<IncludeName>(KEYS)` (task-log: enterTaskLog), which every function calls at its entry, outer
 // includes first. Module-level state reset at entry is safe: Redis runs one function at a time, each to its end.
+// The build refuses an include whose top-level `local`s without a value its enter does not set (see enterOf).
 // No function is flagged `no-writes`: every script writes.
 const LUA_DIR = new URL('./lua/', import.meta.url);
 const INCLUDE_LINE = /^--@include (\S+)$/gm;
@@ -63,33 +64,61 @@ function refuseUnknownErrors(lua: string, file: string): void {
   if (unknown.length > 0) throw new Error(`${file}: no script error named ${unknown.join(', ')} (errors.ts SCRIPT_ERRORS)`);
 }
 
-function loadIncludes(): Map<string, Include> {
+/** `local a, b` at an include's top level with no value: per-call state (the call's keys, what a call collects). */
+const UNSET_LOCALS = /^local (?!function\b)([\w, ]+?)\s*(?:--.*)?$/gm;
+const namesIn = (list: string): string[] => list.split(',').map((name) => name.trim());
+
+/**
+ * The include's `enter<Name>`, if it has one. Per-call state left unset at a call's entry would carry the previous
+ * call's (its keys: another task's), so an include that declares some must have its enter, and the enter must set
+ * each of them: a misspelt or missing enter is refused here rather than skipped.
+ */
+function enterOf(name: string, lua: string, file: string): string | undefined {
+  const enter = `enter${name.replace(/(?:^|-)(\w)/g, (_, c: string) => c.toUpperCase())}`;
+  const unset = [...lua.matchAll(UNSET_LOCALS)].flatMap((m) => namesIn(m[1]!));
+  const body = new RegExp(`^local function ${enter}\\(.*\\)$([\\s\\S]*?)^end$`, 'm').exec(lua)?.[1];
+  if (body === undefined) {
+    if (unset.length > 0) throw new Error(`${file}: ${unset.join(', ')} ${unset.length > 1 ? 'are' : 'is'} declared without a value (per-call state), so the include needs \`local function ${enter}(KEYS)\` to set ${unset.length > 1 ? 'them' : 'it'} at each call's entry`);
+    return undefined;
+  }
+  const assigned = new Set([...body.matchAll(/^\s*([\w, ]+?)\s*=(?!=)/gm)].flatMap((m) => namesIn(m[1]!)));
+  const missing = unset.filter((local) => !assigned.has(local));
+  if (missing.length > 0) throw new Error(`${file}: ${enter} does not set ${missing.join(', ')} (declared without a value: per-call state, set at each call's entry)`);
+  return enter;
+}
+
+function loadIncludes(luaDir: URL): Map<string, Include> {
   const includes = new Map<string, Include>();
+  /** The includes being loaded, outermost first: one of them included again is a cycle. */
+  const loading: string[] = [];
   const load = (name: string): void => {
     if (includes.has(name)) return;
-    const lua = readFileSync(new URL(`includes/${name}.lua`, LUA_DIR), 'utf8');
+    const file = `includes/${name}.lua`;
+    if (loading.includes(name)) throw new Error(`${file}: an include cycle (${[...loading.slice(loading.indexOf(name)), name].join(' includes ')})`);
+    loading.push(name);
+    const lua = readFileSync(new URL(file, luaDir), 'utf8');
     const direct = directIncludes(lua);
     direct.forEach(load);
-    const enter = `enter${name.replace(/(?:^|-)(\w)/g, (_, c: string) => c.toUpperCase())}`;
-    refuseUnknownErrors(lua, `includes/${name}.lua`);
+    loading.pop();
+    refuseUnknownErrors(lua, file);
     includes.set(name, {
       name,
-      parent: innermost(direct, includes, `includes/${name}.lua`),
+      parent: innermost(direct, includes, file),
       lua: withoutIncludeLines(lua),
-      enter: new RegExp(`^local function ${enter}\\(`, 'm').test(lua) ? enter : undefined,
+      enter: enterOf(name, lua, file),
     });
   };
-  for (const file of readdirSync(new URL('includes/', LUA_DIR))) load(file.replace(/\.lua$/, ''));
+  for (const file of readdirSync(new URL('includes/', luaDir))) load(file.replace(/\.lua$/, ''));
   return includes;
 }
 
-function loadScripts(includes: ReadonlyMap<string, Include>): ScriptSource[] {
-  return readdirSync(LUA_DIR)
+function loadScripts(luaDir: URL, includes: ReadonlyMap<string, Include>): ScriptSource[] {
+  return readdirSync(luaDir)
     .filter((file) => file.endsWith('.lua'))
     .map((file) => {
       const match = /^(\w+)-(\d+)\.lua$/.exec(file);
       if (!match) throw new Error(`lua script ${file} must be named <name>-<numberOfKeys>.lua`);
-      const raw = readFileSync(new URL(file, LUA_DIR), 'utf8');
+      const raw = readFileSync(new URL(file, luaDir), 'utf8');
       refuseUnknownErrors(raw, file);
       return {
         name: match[1]!,
@@ -143,11 +172,11 @@ interface StoreLibrary {
  * The library, named by its content's hash, as are its functions: FUNCTION LOAD refuses a function name another
  * library holds, so a rolling upgrade's old and new processes each load and call their own library on one Redis.
  * A replaced library stays on the server until FUNCTION DELETE or FUNCTION FLUSH (it is small, and an old process
- * may still be calling it).
+ * may still be calling it). Built from another directory only by tests.
  */
-function buildLibrary(): StoreLibrary {
-  const includes = loadIncludes();
-  const scripts = loadScripts(includes);
+export function buildLibrary(luaDir: URL = LUA_DIR): StoreLibrary {
+  const includes = loadIncludes(luaDir);
+  const scripts = loadScripts(luaDir, includes);
   const code = (libraryName: string, suffix: string): string => {
     const block = (include: Include | undefined): string[] => [
       ...(include ? ['do', include.lua] : []),
@@ -176,8 +205,8 @@ const storeLibrary = (): StoreLibrary => (library ??= buildLibrary());
  * bench/script-cost.ts, which measures one way against the other. Not used by the store.
  */
 export function scriptsAsEval(): Map<string, { lua: string; numberOfKeys: number }> {
-  const includes = loadIncludes();
-  return new Map(loadScripts(includes).map((s) => [s.name, {
+  const includes = loadIncludes(LUA_DIR);
+  return new Map(loadScripts(LUA_DIR, includes).map((s) => [s.name, {
     numberOfKeys: s.numberOfKeys,
     lua: [
       ...(s.usesErrors ? [luaErrorTable()] : []),
