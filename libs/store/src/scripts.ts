@@ -247,9 +247,21 @@ export function scriptNamesByFunction(): Map<string, string> {
 export const storeLibraryCode = (): string => storeLibrary().code;
 
 const isFunctionNotFound = (err: unknown): boolean => err instanceof Error && /^ERR Function not found/i.test(err.message);
+const alreadyLoaded = (err: Error): boolean => /already exists/.test(err.message);
 
 /** Replies that say a command was not run where it was sent (a Cluster's slot moved or is unavailable meanwhile). */
 const isRedirectOrClusterState = (err: Error): boolean => /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(err.message);
+
+/**
+ * FUNCTION LOAD of the library on every master the client knows (on one node: that node), each answering, or
+ * "already exists" where it has it; then the first other refusal (NOPERM, a node out of reach), if any.
+ */
+export async function loadStoreLibrary(redis: RedisClient): Promise<void> {
+  const nodes = 'nodes' in redis ? redis.nodes('master') : [redis];
+  const loads = await Promise.allSettled(nodes.map((node) => node.call('FUNCTION', 'LOAD', storeLibrary().code)));
+  const refused = loads.find((load) => load.status === 'rejected' && !(load.reason instanceof Error && alreadyLoaded(load.reason)));
+  if (refused) throw (refused as PromiseRejectedResult).reason;
+}
 
 /**
  * Calls the script's function (FCALL). A server without the library (first use, a restart without persistence, a
@@ -259,17 +271,33 @@ const isRedirectOrClusterState = (err: Error): boolean => /^(MOVED|ASK|TRYAGAIN|
  * have loaded it first ("already exists": the same code, by its name).
  */
 async function run(redis: RedisClient, fn: StoreFunction, args: ScriptArg[]): Promise<unknown[]> {
+  const call = async (): Promise<unknown[]> => (await redis.fcall(fn.name, fn.numberOfKeys, ...args)) as unknown[];
   try {
-    return (await redis.fcall(fn.name, fn.numberOfKeys, ...args)) as unknown[];
+    return await call();
   } catch (err) {
     if (!isFunctionNotFound(err)) throw err;
   }
+  try {
+    return await loadAndCall(redis, fn, args, call);
+  } catch (err) {
+    if (!isFunctionNotFound(err)) throw err;
+  }
+  // Still not found: the call went to a node the pipeline did not reach. A slot migrating to a node without the
+  // library redirects the call there (ASK) but not the pipeline, whose FUNCTION LOAD the slot's old owner answers;
+  // a MOVED to such a node is followed before ioredis knows the new slot map. A redirect adds the node it names to
+  // the masters ioredis knows, so loading on all of them reaches it.
+  await loadStoreLibrary(redis);
+  return await call();
+}
+
+/** FUNCTION LOAD and the call, pipelined: to the node of the call's key. */
+async function loadAndCall(redis: RedisClient, fn: StoreFunction, args: ScriptArg[], call: () => Promise<unknown[]>): Promise<unknown[]> {
   const replies = await redis.pipeline().call('FUNCTION', 'LOAD', storeLibrary().code).fcall(fn.name, fn.numberOfKeys, ...args).exec();
   const [[loadErr], [callErr, reply]] = replies as [[Error | null, unknown], [Error | null, unknown]];
-  if (loadErr && !/already exists/.test(loadErr.message)) throw loadErr;
+  if (loadErr && !alreadyLoaded(loadErr)) throw loadErr;
   if (!callErr) return reply as unknown[];
   // Not run there: sent alone, ioredis follows the Cluster where the slot went (and waits out a failover).
-  if (isRedirectOrClusterState(callErr)) return (await redis.fcall(fn.name, fn.numberOfKeys, ...args)) as unknown[];
+  if (isRedirectOrClusterState(callErr)) return await call();
   throw callErr;
 }
 

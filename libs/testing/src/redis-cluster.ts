@@ -38,18 +38,27 @@ export interface TestCluster extends TestRedis {
    * the replica take the slots (CLUSTER FAILOVER TAKEOVER) and resolves once the cluster is healthy again.
    */
   killMasterWithoutTakeover(node: EmbeddedRedis): Promise<{ takeOver(): Promise<void> }>;
+  /**
+   * Starts one more node and joins it (CLUSTER MEET) as a master serving no slot yet, as an operator adds one before
+   * moving slots to it; resolves once every node knows it and it sees every slot served. stop() stops it too.
+   */
+  addEmptyMaster(): Promise<EmbeddedRedis>;
   stop(): Promise<void>;
 }
+
+/** What makes a redis-server a node of a test cluster. */
+const NODE_ARGS = [
+  '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(CLUSTER_NODE_TIMEOUT_MS),
+  // No delay before a replica's first sync (Redis waits 5 s for more replicas to share a diskless one).
+  '--repl-diskless-sync-delay', '0',
+];
 
 /**
  * Six redis-server processes joined by `redis-cli --cluster create --cluster-replicas 1`, healthy when it resolves.
  * A short node timeout makes a killed master's replica take over within a few seconds.
  */
 export async function startTestCluster(): Promise<TestCluster> {
-  const nodes = await Promise.all(Array.from({ length: 6 }, () => startEmbeddedRedis({
-    // No delay before a replica's first sync (Redis waits 5 s for more replicas to share a diskless one).
-    extraArgs: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', String(CLUSTER_NODE_TIMEOUT_MS), '--repl-diskless-sync-delay', '0'],
-  })));
+  const nodes = await Promise.all(Array.from({ length: 6 }, () => startEmbeddedRedis({ extraArgs: NODE_ARGS })));
   const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
   try {
     await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
@@ -125,6 +134,19 @@ export async function startTestCluster(): Promise<TestCluster> {
         },
       };
     },
+    async addEmptyMaster() {
+      const node = await startEmbeddedRedis({ extraArgs: NODE_ARGS });
+      nodes.push(node);
+      await withConnection(node, (conn) => conn.call('CLUSTER', 'MEET', '127.0.0.1', String(nodes[0]!.port)));
+      const known = nodes.filter(isUp);
+      await waitUntil('every node to know the added master', async () => {
+        const views = await Promise.all(known.map((n) => withConnection(n, async (conn) => (await conn.call('CLUSTER', 'INFO')) as string)));
+        return views.every((info) => new RegExp(`^cluster_known_nodes:${known.length}\\r?$`, 'm').test(info));
+      }, { timeoutMs: 30_000, everyMs: 100 });
+      // Knowing every node is not yet knowing who serves each slot: until then it answers CLUSTERDOWN.
+      await cluster.waitHealthy();
+      return node;
+    },
     async stop() {
       for (const holder of held) holder.release();
       await Promise.all(nodes.map((n) => n.stop()));
@@ -143,7 +165,8 @@ async function replicaOf(candidates: EmbeddedRedis[], masterPort: number): Promi
   throw new Error(`no replica of the master on port ${masterPort}`);
 }
 
-async function withConnection<T>(node: EmbeddedRedis, use: (conn: Redis) => Promise<T>): Promise<T> {
+/** `use` with a connection of its own to one node (closed after). */
+export async function withConnection<T>(node: EmbeddedRedis, use: (conn: Redis) => Promise<T>): Promise<T> {
   const conn = new Redis(node.url, { maxRetriesPerRequest: 1 });
   try {
     return await use(conn);
