@@ -1,8 +1,11 @@
 // Every app answers bad configuration the same way: one line per problem on stderr naming the variable and what
-// it accepts, no stack trace, exit code 1 — for a bad value, a missing one, and a port that is taken.
+// it accepts, no stack trace, exit code 1 — for a bad value, a missing one, a port that is taken, and a Redis user
+// that may not run the store's functions.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestRedis, type TestRedis } from '@cadre/testing';
 
@@ -108,5 +111,28 @@ describe('bad configuration: one clear line per problem, exit 1', () => {
     expectRefused(model!, [`model: ${inUse}`]);
     // npm start stopped before starting anything: nothing of it was printed.
     expect(stack!.stdout).toBe('');
+  });
+
+  it('a Redis user whose ACL predates the Functions library: gateway and worker name the ACL it needs', async () => {
+    const admin = new Redis(redis.url);
+    const password = `pw-${randomUUID()}`;
+    const url = new URL(redis.url);
+    const userUrl = (user: string) => `redis://${user}:${password}@${url.host}`;
+    const needs = "Cadre's store is a Redis Functions library, so the user needs +fcall +function|load (ACL SETUSER <user> +fcall +function|load)";
+    try {
+      // The previous release's: scripts by EVAL / EVALSHA only. And one that may load the library but not call it.
+      await admin.call('ACL', 'SETUSER', 'cadre-evalonly', 'on', `>${password}`, '~*', '&*', '+@all', '-fcall', '-fcall_ro', '-function');
+      await admin.call('ACL', 'SETUSER', 'cadre-nofcall', 'on', `>${password}`, '~*', '&*', '+@all', '-fcall', '-fcall_ro');
+      const [gateway, worker] = await Promise.all([
+        run(GATEWAY, { REDIS_URL: userUrl('cadre-evalonly'), PORT: '0', HOST: '127.0.0.1', CADRE_DEV_MODE: 'true', CADRE_KEY_PREFIX: 'bad-config' }),
+        run(WORKER, { REDIS_URL: userUrl('cadre-nofcall'), OPENAI_BASE_URL: 'http://127.0.0.1:1/v1', OPENAI_API_KEY: 'x', CADRE_KEY_PREFIX: 'bad-config' }),
+      ]);
+      expectRefused(gateway!, [`gateway: REDIS_URL: the Redis user may not run 'function|load' (NOPERM): ${needs}`]);
+      expectRefused(worker!, [`worker: REDIS_URL: the Redis user may not run 'fcall' (NOPERM): ${needs}`]);
+      for (const result of [gateway!, worker!]) expect(result.stdout + result.stderr).not.toContain(password);
+    } finally {
+      await admin.call('ACL', 'DELUSER', 'cadre-evalonly', 'cadre-nofcall').catch(() => undefined);
+      await admin.quit().catch(() => undefined);
+    }
   });
 });

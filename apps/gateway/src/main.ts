@@ -13,7 +13,8 @@ if (!config.redis) exitForConfig('gateway', [`REDIS_URL: required: ${REDIS_REQUI
 const redis = config.redis;
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password is a configuration problem: one line naming the variable (never the password).
+// A Redis that refuses the password, or whose ACL refuses the store its functions, is a configuration problem: one
+// line naming the variable (never the password).
 await checkRedisCredentials(redis).catch((err: unknown) => {
   if (err instanceof RedisAuthError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
   throw err;

@@ -18,7 +18,8 @@ const missing = Object.entries(required).filter(([, [value]]) => !value);
 if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) => `${name}: required: ${what} (npm start sets it up for you)`));
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password is a configuration problem: one line naming the variable (never the password).
+// A Redis that refuses the password, or whose ACL refuses the store its functions, is a configuration problem: one
+// line naming the variable (never the password).
 await checkRedisCredentials(config.redis!).catch((err: unknown) => {
   if (err instanceof RedisAuthError) exitForConfig('worker', [`${err.variable}: ${err.message}`]);
   throw err;

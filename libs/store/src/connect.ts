@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { RedisTarget } from '@cadre/config';
 import { awaitWithin } from '@cadre/lifecycle';
+import { loadStoreLibrary } from './scripts.ts';
 
 /**
  * A connection to Cadre's Redis, whichever kind the configuration names: one node (or a Sentinel-found master) is
@@ -167,11 +168,12 @@ async function answeredBy<T>(pending: Promise<T>, giveUpAt: number, signal?: Abo
   return answer.value;
 }
 
-/** Redis refused our credentials: retrying cannot help, so a process should stop with this message. */
+/** Redis refused our credentials, or what Cadre needs them to permit: retrying cannot help, so a process should stop with this message. */
 export class RedisAuthError extends Error {
+  /** The variable an operator fixes. */
   readonly variable: string;
-  constructor(reply: string, variable = 'REDIS_URL') {
-    super(`Redis refused the credentials in ${variable} (${reply}); check the password (it is not shown here)`);
+  constructor(message: string, variable: string) {
+    super(message);
     this.name = 'RedisAuthError';
     this.variable = variable;
   }
@@ -180,9 +182,10 @@ export class RedisAuthError extends Error {
 const AUTH_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)|invalid password|AUTH.*(failed|without any password)/i;
 
 /**
- * Waits until Redis accepts a connection with its credentials. A refused password rejects at once with a
- * RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an unreachable Redis is
- * waited for, as a service started before its Redis should. A Cluster is probed through its first seed node.
+ * Waits until Redis accepts a connection with its credentials, then checks what they permit. A refused password
+ * rejects at once with a RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an
+ * unreachable Redis is waited for, as a service started before its Redis should. A Cluster is probed through its
+ * first seed node.
  */
 export async function checkRedisCredentials(target: RedisTarget | string): Promise<void> {
   const resolved: RedisTarget = typeof target === 'string' ? { mode: 'single', url: target } : target;
@@ -192,12 +195,41 @@ export async function checkRedisCredentials(target: RedisTarget | string): Promi
   try {
     await new Promise<void>((resolve, reject) => {
       probe.on('error', (err: Error) => {
-        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(err.message.split(/\s/)[0]!, credentialsVariable(resolved)));
+        const variable = credentialsVariable(resolved);
+        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(`Redis refused the credentials in ${variable} (${err.message.split(/\s/)[0]!}); check the password (it is not shown here)`, variable));
       });
       probe.once('ready', () => resolve());
       probe.connect().catch(() => undefined);
     });
+    await checkFunctionAccess(resolved, probe);
   } finally {
     probe.disconnect();
+  }
+}
+
+/** A name no library has: FCALL of it answers "Function not found" to a user the ACL lets call functions. */
+const NO_SUCH_FUNCTION = 'cadre_access_check';
+
+/**
+ * The store runs as a Redis Functions library: a user whose ACL predates it (EVAL and EVALSHA only) would pass the
+ * password check and then fail every store call. So start-up loads the library on every master (the first calls
+ * then find it) and makes an FCALL, which the ACL refuses (NOPERM) before looking the function up. Any other
+ * failure is left to the first store call, which loads the library itself.
+ */
+async function checkFunctionAccess(target: RedisTarget, probe: RedisClient): Promise<void> {
+  const client = target.mode === 'cluster' ? open(target, 'cadre-preflight', {}, true) : probe;
+  try {
+    if (client !== probe) await client.connect();
+    await loadStoreLibrary(client);
+    await client.call('FCALL', NO_SUCH_FUNCTION, 0).catch((err: Error) => {
+      if (!/^ERR Function not found/.test(err.message)) throw err;
+    });
+  } catch (err) {
+    if (!(err instanceof Error && /^NOPERM/.test(err.message))) return;
+    const refused = /'([^']+)'/.exec(err.message)?.[1] ?? 'a command';
+    const variable = target.mode === 'single' ? 'REDIS_URL' : 'REDIS_USERNAME';
+    throw new RedisAuthError(`the Redis user may not run '${refused}' (NOPERM): Cadre's store is a Redis Functions library, so the user needs +fcall +function|load (ACL SETUSER <user> +fcall +function|load)`, variable);
+  } finally {
+    if (client !== probe) client.disconnect();
   }
 }
