@@ -33,6 +33,11 @@ describe('a turn job that fails with an unexpected error', () => {
     const oom = await refuseWritesForMemory(admin);
     await waitUntil('the turn job to fail', async () => (await queue.getFailedCount()) === 1);
     expect(workerLog.find((l) => l.msg === 'session turn failed')?.err?.message).toMatch(/^OOM /);
+    // Meanwhile the API answers what Redis refuses for want of memory as "unavailable, retry", not as a 500.
+    expect(await api.post('/api/sessions', { workspace_id: 'fail' })).toEqual({
+      status: 503,
+      body: { error: { code: 'unavailable', message: 'the store is out of memory for the moment (Redis reached its maxmemory); retry later' } },
+    });
     // Redis refuses the turn's ending too while it is still out of memory: the worker tries it again once it is not.
     const refused = await oomErrors(admin);
     await waitUntil('a write refused after the job failed (the turn\'s ending)', async () => (await oomErrors(admin)) > refused);

@@ -1,6 +1,6 @@
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { SessionEngineError } from '@cadre/session';
-import { StoreError, WatchClosedError, isRedisUnavailable } from '@cadre/store';
+import { StoreError, WatchClosedError, isRedisOutOfMemory, isRedisUnavailable } from '@cadre/store';
 
 /** Errors the gateway answers with; the code maps once to an HTTP status and once to a gRPC status. */
 export type ApiErrorCode =
@@ -141,5 +141,8 @@ export function toApiError(err: unknown): ApiError | undefined {
   // Redis failing over (or out of reach): the request may succeed when retried, and nothing is known about what
   // it asked for, so neither a 500 nor a 404. The Redis error itself is not shown (it names nodes and keys).
   if (isRedisUnavailable(err)) return new ApiError('unavailable', 'the store is unavailable for the moment (Redis failing over or out of reach); retry');
+  // Redis at its maxmemory refused a write or a store function (whole, before it ran): not the caller's fault, and
+  // it may succeed once memory is freed. A 500 would say the request itself broke something.
+  if (isRedisOutOfMemory(err)) return new ApiError('unavailable', 'the store is out of memory for the moment (Redis reached its maxmemory); retry later');
   return undefined;
 }

@@ -110,8 +110,22 @@ export function isRedisUnavailable(err: unknown): boolean {
   if (err instanceof RedisNoAnswerError) return true;
   if (UNAVAILABLE_SOCKET.has((err as NodeJS.ErrnoException).code ?? '')) return true;
   if (UNAVAILABLE_REPLY.test(err.message) || UNAVAILABLE_CLIENT.test(err.message)) return true;
+  return discardedFor(err, isRedisUnavailable);
+}
+
+/**
+ * Whether Redis refused a command for want of memory (`maxmemory` reached under `noeviction`): no outage to wait
+ * out, but Redis took none of it (a store function is refused before it runs), and it may succeed once memory is
+ * freed. A MULTI discarded for it (EXECABORT) too.
+ */
+export function isRedisOutOfMemory(err: unknown): boolean {
+  return err instanceof Error && (/^OOM /.test(err.message) || discardedFor(err, isRedisOutOfMemory));
+}
+
+/** A MULTI that Redis discarded (EXECABORT) because it refused its commands, each for a reason `refusedFor` accepts. */
+function discardedFor(err: Error, refusedFor: (err: unknown) => boolean): boolean {
   const previous = (err as { previousErrors?: unknown[] }).previousErrors;
-  return /^EXECABORT /.test(err.message) && Array.isArray(previous) && previous.length > 0 && previous.every(isRedisUnavailable);
+  return /^EXECABORT /.test(err.message) && Array.isArray(previous) && previous.length > 0 && previous.every(refusedFor);
 }
 
 /**
