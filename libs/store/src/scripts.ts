@@ -285,9 +285,14 @@ async function run(redis: RedisClient, fn: StoreFunction, args: ScriptArg[]): Pr
   // Still not found: the call went to a node the pipeline did not reach. A slot migrating to a node without the
   // library redirects the call there (ASK) but not the pipeline, whose FUNCTION LOAD the slot's old owner answers;
   // a MOVED to such a node is followed before ioredis knows the new slot map. A redirect adds the node it names to
-  // the masters ioredis knows, so loading on all of them reaches it.
-  await loadStoreLibrary(redis);
-  return await call();
+  // the masters ioredis knows, so loading on all of them reaches it. A master out of reach (failing over) must not
+  // fail a call whose own node took the library: its refusal is what the call answers only if the call is refused too.
+  const refusal = await loadStoreLibrary(redis).then(() => undefined, (err: unknown) => err);
+  try {
+    return await call();
+  } catch (err) {
+    throw isFunctionNotFound(err) && refusal !== undefined ? refusal : err;
+  }
 }
 
 /** FUNCTION LOAD and the call, pipelined: to the node of the call's key. */
