@@ -41,6 +41,20 @@ async function rawClient(): Promise<net.Socket> {
   return socket;
 }
 
+/** Pauses and resumes the server's socket, recording each in `flow`. */
+function flowControl(socket: WebSocket, flow: string[]): { pause(): void; resume(): void } {
+  return {
+    pause: () => {
+      flow.push('pause');
+      socket.pause();
+    },
+    resume: () => {
+      flow.push('resume');
+      socket.resume();
+    },
+  };
+}
+
 describe('RequestInbox', () => {
   it('a burst in one write: exactly the cap is queued, the rest waits apart, and all are handled in order', async () => {
     const client = await rawClient();
@@ -50,6 +64,7 @@ describe('RequestInbox', () => {
     const held = new Promise<void>((resolve) => (release = resolve));
     const handled: string[] = [];
     const flow: string[] = [];
+    const failures: unknown[] = [];
     const inbox = new RequestInbox({
       maxQueued: CAP,
       maxChars: 1024 * 1024,
@@ -57,14 +72,8 @@ describe('RequestInbox', () => {
         await held;
         handled.push(raw!);
       },
-      pause: () => {
-        flow.push('pause');
-        socket.pause();
-      },
-      resume: () => {
-        flow.push('resume');
-        socket.resume();
-      },
+      onError: (err) => failures.push(err),
+      ...flowControl(socket, flow),
     });
     let mostQueued = 0;
     let arrived = 0;
@@ -89,5 +98,45 @@ describe('RequestInbox', () => {
     expect(inbox.size).toEqual({ queued: 0, beyond: 0 });
     // Read again only once nothing waits apart any more.
     expect(flow.at(-1)).toBe('resume');
+    expect(failures).toEqual([]);
+  });
+
+  it('a request whose handling rejects is reported, and the requests behind it are still handled in order', async () => {
+    const client = await rawClient();
+    const socket = await waitUntil('the server to accept the socket', () => accepted.at(-1));
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const handled: string[] = [];
+      const flow: string[] = [];
+      const failures: string[] = [];
+      const inbox = new RequestInbox({
+        // Below the burst, so the socket is paused and must be read again after the rejection.
+        maxQueued: 2,
+        maxChars: 1024 * 1024,
+        handle: async (raw) => {
+          if (raw === 'bad') throw new Error('handling bad failed');
+          handled.push(raw!);
+        },
+        onError: (err) => failures.push((err as Error).message),
+        ...flowControl(socket, flow),
+      });
+      socket.on('message', (data) => inbox.offer(data.toString()));
+
+      client.write(Buffer.concat(['a', 'bad', 'c', 'd', 'e', 'f'].map(clientFrame)));
+      await waitUntil('the requests after the rejected one to be handled', () => handled.length === 5);
+      expect(handled).toEqual(['a', 'c', 'd', 'e', 'f']);
+      expect(failures).toEqual(['handling bad failed']);
+      expect(flow[0]).toBe('pause');
+      expect(flow.at(-1)).toBe('resume');
+      // The socket is read again: a later frame is handled too.
+      client.write(clientFrame('g'));
+      await waitUntil('a frame sent after the burst to be handled', () => handled.length === 6);
+      expect(handled.at(-1)).toBe('g');
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 });

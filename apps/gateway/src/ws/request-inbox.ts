@@ -5,6 +5,8 @@ export interface RequestInboxOptions {
   maxChars: number;
   /** Handles one request; the next starts once it has settled. */
   handle(raw: string | null): Promise<void>;
+  /** Hears a request whose handling rejected: the requests behind it are still handled. */
+  onError(err: unknown): void;
   /** Stop reading the socket (TCP then holds the client's writes back) / read it again. */
   pause(): void;
   resume(): void;
@@ -52,7 +54,8 @@ export class RequestInbox {
     const chars = raw?.length ?? 0;
     this.queuedCount++;
     this.queuedChars += chars;
-    this.chain = this.chain.then(() => this.opts.handle(raw)).finally(() => {
+    // Caught per request: a rejection left on the chain would skip every later handle and go unhandled.
+    this.chain = this.chain.then(() => this.opts.handle(raw)).catch((err: unknown) => this.opts.onError(err)).finally(() => {
       this.queuedCount--;
       this.queuedChars -= chars;
       while (this.beyond.length > 0 && !this.full()) this.enqueue(this.beyond.shift()!);

@@ -100,6 +100,7 @@ export class WindieSocket {
       maxChars: MAX_PENDING_CHARS,
       // A client that does not read its answers is not answered further until it does.
       handle: (raw) => this.room().then(() => this.onMessage(raw)),
+      onError: (err) => this.deps.logger.error({ err }, 'ws message failed'),
       pause: () => socket.pause(),
       resume: () => {
         if (socket.isPaused) socket.resume();
