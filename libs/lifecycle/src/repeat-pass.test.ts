@@ -67,4 +67,20 @@ describe('repeatPass', () => {
     expect(p.started()).toBe(1);
     expect(vi.getTimerCount()).toBe(0);
   });
+
+  it('a pass that throws before returning a promise is dropped like a rejection: start() returns, the chain goes on', async () => {
+    let started = 0;
+    const throwing = (): Promise<void> => {
+      started++;
+      throw new Error('pass threw');
+    };
+    const repeat = repeatPass(throwing, { intervalMs: 1_000, now: true });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(started).toBe(1);
+    // In the timer too: the second pass throws there, and a third still follows it.
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(started).toBe(3);
+    await repeat.stop();
+    expect(vi.getTimerCount()).toBe(0);
+  });
 });

@@ -7,7 +7,7 @@ export interface RepeatedPass {
 /**
  * Runs `pass` `intervalMs` after the last one settled — the first at once with `now`, else after one interval. A
  * chained timer, so passes never overlap however long one takes, and unref'd, so it never keeps a process alive.
- * `pass` reports its own failures: a rejection is dropped here and the chain goes on.
+ * `pass` reports its own failures: a rejection, or a throw before its promise, is dropped here and the chain goes on.
  */
 export function repeatPass(pass: () => Promise<unknown>, opts: { intervalMs: number; now?: boolean }): RepeatedPass {
   let timer: NodeJS.Timeout | undefined;
@@ -17,7 +17,9 @@ export function repeatPass(pass: () => Promise<unknown>, opts: { intervalMs: num
     if (!stopped) timer = setTimeout(run, opts.intervalMs).unref();
   };
   const run = (): void => {
-    running = pass().then(() => undefined, () => undefined);
+    // Started at once, inside an executor: a pass that throws before returning its promise rejects it, rather than
+    // throwing out of the timer (an uncaught exception) or out of repeatPass itself.
+    running = new Promise<unknown>((resolve) => resolve(pass())).then(() => undefined, () => undefined);
     void running.then(schedule);
   };
   if (opts.now) run();
