@@ -3,7 +3,7 @@
 // loop the worker pool runs; SessionQueue puts turns and tool deadlines on the agent queue.
 export { SessionEngine, parseArguments, type Scope, type StartInput, type MessageInput, type ToolResultInput, type HistoryInput, type SessionEngineDeps, type QueuedInputOutcome } from './session-engine.ts';
 export { TurnRunner, type ClaimedTurn, type TurnRunnerDeps, type TurnRunOutcome, type TurnObserver } from './turn-runner.ts';
-export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JOB, turnJobId, deadlineJobId, approvalDeadlineJobId, type SessionJobData, type SessionTurnJobData, type FailedTurnJob, type ToolDeadlineJobData, type ApprovalDeadlineJobData } from './session-queue.ts';
+export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JOB, turnJobId, deadlineJobId, approvalDeadlineJobId, type SessionJobData, type SessionTurnJobData, type FailedTurnJob, type FailedSetCursor, type ToolDeadlineJobData, type ApprovalDeadlineJobData } from './session-queue.ts';
 export { approvalRules } from './approvals.ts';
 export { approvalView, type SessionApprovalView } from '@cadre/store';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
+import { Job, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
 import { AGENT_QUEUE, type ClientCall, type KeyBuilder, type RedisClient, type SessionStore } from '@cadre/store';
 
 /** Session jobs share the agent queue, so turns and team workers draw on one pool of worker slots. */
@@ -20,6 +20,15 @@ export interface FailedTurnJob {
   sessionId: string;
   wake: number;
   failedReason: string;
+}
+
+/**
+ * A place in BullMQ's failed set, which is sorted by when each job failed (finishedOn, ms, by the failing worker's
+ * clock): the jobs failed at `at`, of which `skip` were read already (several may fail in one millisecond).
+ */
+export interface FailedSetCursor {
+  at: number;
+  skip: number;
 }
 
 /** A client tool call's deadline: if the call is still pending, the model gets a tool error. */
@@ -56,6 +65,8 @@ export const approvalDeadlineJobId = (approvalId: string): string => `a_${approv
 
 export class SessionQueue {
   private readonly queue: Queue<SessionJobData>;
+  /** The queue's own connection: the failed set is read by time with it. */
+  private readonly redis: RedisClient;
 
   /**
    * `telemetry`: BullMQ's tracing hook, as the team queue's (a turn's job continues its enqueuer's trace).
@@ -66,6 +77,7 @@ export class SessionQueue {
       connection: opts.connection as unknown as ConnectionOptions, prefix: opts.keys.bullPrefix(), ...(opts.telemetry && { telemetry: opts.telemetry }),
     });
     this.queue.on('error', opts.onError);
+    this.redis = opts.connection;
   }
 
   async enqueueTurn(sessionId: string, wake: number): Promise<void> {
@@ -93,23 +105,39 @@ export class SessionQueue {
   }
 
   /**
-   * A page of the jobs BullMQ failed for good (kept a day: removeOnFail), newest first from `start`: the turn jobs
-   * among them, with BullMQ's reason (what the job threw, or its stall check's "job stalled more than allowable
-   * limit"), and how many failed jobs of any kind the page held (0: past the end).
+   * A page of the jobs BullMQ failed for good (kept a day: removeOnFail), from `from` towards the `older` or `newer`
+   * end: the turn jobs among them, with BullMQ's reason (what the job threw, or its stall check's "job stalled more
+   * than allowable limit"), how many failed jobs of any kind the page held (fewer than `count`: it reached the end),
+   * and the cursor after them. Paged by time, not by index, so jobs failing meanwhile do not shift the pages.
    */
-  async failedTurns(start: number, count: number): Promise<{ turns: FailedTurnJob[]; read: number }> {
-    const jobs = await this.queue.getFailed(start, start + count - 1);
-    const turns = jobs.filter((job) => job.name === SESSION_TURN_JOB).map((job) => {
-      const { sessionId, wake } = job.data as SessionTurnJobData;
-      return { sessionId, wake, failedReason: job.failedReason ?? '' };
+  async failedTurnsFrom(from: FailedSetCursor, direction: 'older' | 'newer', count: number): Promise<{ turns: FailedTurnJob[]; read: number; next: FailedSetCursor }> {
+    const key = this.queue.keys.failed!;
+    const bound = scoreBound(from.at);
+    const flat = direction === 'older'
+      ? await this.redis.zrevrangebyscore(key, bound, '-inf', 'WITHSCORES', 'LIMIT', from.skip, count)
+      : await this.redis.zrangebyscore(key, bound, '+inf', 'WITHSCORES', 'LIMIT', from.skip, count);
+    const ids: string[] = [];
+    let next = from;
+    for (let i = 0; i < flat.length; i += 2) {
+      ids.push(flat[i]!);
+      const at = Number(flat[i + 1]);
+      next = at === next.at ? { at, skip: next.skip + 1 } : { at, skip: 1 };
+    }
+    // A job removed since the range was read (its day is up, or it was retried) is skipped.
+    const jobs = await Promise.all(ids.map((id) => Job.fromId<SessionJobData>(this.queue, id)));
+    const turns = jobs.filter((job) => job?.name === SESSION_TURN_JOB).map((job) => {
+      const { sessionId, wake } = job!.data as SessionTurnJobData;
+      return { sessionId, wake, failedReason: job!.failedReason ?? '' };
     });
-    return { turns, read: jobs.length };
+    return { turns, read: ids.length, next };
   }
 
   async close(): Promise<void> {
     await this.queue.close();
   }
 }
+
+const scoreBound = (at: number): string => (at === Infinity ? '+inf' : at === -Infinity ? '-inf' : String(at));
 
 /**
  * Makes a change that may wake a turn (`wakeOf` reads the wake from its result, 0 = none) and enqueues that turn's
