@@ -35,14 +35,28 @@ export function scrubError(err: unknown, depth = 0): ScrubbedError {
 }
 
 /**
- * An uncaught error or unhandled rejection is logged (scrubbed, one JSON line) and ends the process with code 1,
- * instead of Node printing the error object, with whatever arguments it carries, to stderr.
+ * ioredis's own "Connection is closed." rejection of a command it sent for itself and left unhandled: a Cluster
+ * follows an ASK redirect by sending ASKING without awaiting it (ioredis/built/cluster/index.js, `redis.asking()`),
+ * so a redirect to a node whose connection closes meanwhile (a slot migrating to a node that goes away, a failover;
+ * redis/ioredis#1140) rejects with nobody to hear it. The command the redirect was for fails on its own path.
  */
-export function exitOnCrash(logger: { fatal(obj: object, msg: string): void }): void {
+const isIoredisClosedConnection = (err: unknown): boolean =>
+  err instanceof Error && err.message === 'Connection is closed.' && /[\\/]ioredis[\\/]/.test(err.stack ?? '');
+
+/**
+ * An uncaught error or unhandled rejection is logged (scrubbed, one JSON line) and ends the process with code 1,
+ * instead of Node printing the error object, with whatever arguments it carries, to stderr. The one exception is
+ * ioredis's unhandled "Connection is closed." (isIoredisClosedConnection): a Redis connection closing is an outage
+ * the processes ride out, so it is logged as a warning, not a reason to exit mid-failover.
+ */
+export function exitOnCrash(logger: { fatal(obj: object, msg: string): void; warn(obj: object, msg: string): void }): void {
   const crash = (err: unknown): void => {
     logger.fatal({ err: scrubError(err) }, 'crashed');
     process.exit(1);
   };
   process.on('uncaughtException', crash);
-  process.on('unhandledRejection', crash);
+  process.on('unhandledRejection', (reason) => {
+    if (isIoredisClosedConnection(reason)) logger.warn({ err: scrubError(reason) }, 'a Redis command ioredis sent for itself failed: its connection closed');
+    else crash(reason);
+  });
 }
