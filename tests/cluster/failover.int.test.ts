@@ -11,7 +11,7 @@ import { status as GrpcStatus } from '@grpc/grpc-js';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TeamEventProto } from '@cadre/protocol';
-import { KeyBuilder } from '@cadre/store';
+import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, startTestCluster, startTestSentinel, waitForEvent, watchTeam, type TestCluster, type TestRedis } from '@cadre/testing';
 import { TestStack } from '../support/stack.ts';
 
@@ -20,10 +20,20 @@ const TASKS = 6;
 const BUSY_TASKS = 12;
 const TERMINAL = new Set(['task_completed', 'task_failed', 'task_cancelled']);
 let stack: TestStack | undefined;
+/**
+ * The servers a test started, stopped after it: a cluster left running beside the next test's (its nodes still
+ * gossiping, a killed master's port held) is not what that test is about.
+ */
+const servers: { stop(): Promise<void> }[] = [];
+const started = async <T extends { stop(): Promise<void> }>(server: Promise<T>): Promise<T> => {
+  servers.push(await server);
+  return servers.at(-1) as T;
+};
 
 afterEach(async () => {
   await stack?.stop();
   stack = undefined;
+  await Promise.all(servers.splice(0).map((server) => server.stop()));
 }, 90_000);
 
 interface Watched {
@@ -116,6 +126,7 @@ async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = '', 
     try {
       return (await pollUntilTerminal(stack!.url, id, 90_000)).map((e) => ({ seq: e.seq, event_type: e.event_type, worker_id: e.worker_id, timestamp: e.timestamp }));
     } catch (err) {
+      if (cluster && /did not finish/.test((err as Error).message)) throw new Error(`${(err as Error).message} (${killed}); ${await jobsOf(cluster, id)}`, { cause: err });
       if (!cluster || !/HTTP 404/.test((err as Error).message)) throw err;
       const holders = await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta);
       if (mayHaveLost.has(id) && holders.lostByRedis) return undefined;
@@ -123,6 +134,36 @@ async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = '', 
     }
   }));
   return new Map(taskIds.flatMap((id, i) => (logs[i] ? [[id, logs[i]] as const] : [])));
+}
+
+/**
+ * For a task that never ended: where its agent jobs are in BullMQ (each job's state, or "absent") and whether the
+ * queue's slot is served by the master that was killed's replica — a job the killed master took but never
+ * replicated is gone, while the task's own keys (another slot) may have survived.
+ */
+async function jobsOf(cluster: TestCluster, taskId: string): Promise<string> {
+  const keys = new KeyBuilder(stack!.prefix);
+  const conn = cluster.connect();
+  try {
+    const states = await Promise.all(['lead', 'pro-1', 'con-2'].map(async (worker) => {
+      const id = agentJobId(taskId, worker);
+      const job = await conn.hmget(keys.bullJob(AGENT_QUEUE, id), 'processedOn', 'finishedOn', 'failedReason', 'attemptsMade');
+      const [inWait, inActive, inDelayed, inFailed, inCompleted] = await Promise.all(['wait', 'active', 'delayed', 'failed', 'completed'].map(async (list) => {
+        const key = `${keys.bullPrefix()}:${AGENT_QUEUE}:${list}`;
+        const type = await conn.type(key);
+        if (type === 'list') return (await conn.lpos(key, id)) !== null;
+        if (type === 'zset') return (await conn.zscore(key, id)) !== null;
+        return false;
+      }));
+      const where = [inWait && 'wait', inActive && 'active', inDelayed && 'delayed', inFailed && 'failed', inCompleted && 'completed'].filter(Boolean).join('+') || 'in no list';
+      return `${worker}: ${job.every((f) => f === null) ? 'absent' : `hash {processedOn ${job[0]}, finishedOn ${job[1]}, failedReason ${job[2]}, attempts ${job[3]}}`}, ${where}`;
+    }));
+    return `its jobs: ${states.join('; ')}; the queue's slot is served by ${(await cluster.masterOf(keys.bullJob(AGENT_QUEUE, 'x'))).port}`;
+  } catch (err) {
+    return `its jobs could not be read (${(err as Error).message})`;
+  } finally {
+    conn.disconnect();
+  }
 }
 
 /**
@@ -167,7 +208,7 @@ async function whoHolds(cluster: TestCluster, key: string): Promise<{ text: stri
 
 describe('Redis Cluster failover', () => {
   it('a master killed mid-task (its replica in sync): every task ends, no event lost or duplicated for any watcher', async () => {
-    const cluster = await startTestCluster();
+    const cluster = await started(startTestCluster());
     const { taskIds, watches } = await startTasks(cluster, TASKS, 1500);
     const keys = new KeyBuilder(stack!.prefix);
     const victim = await cluster.masterOf(keys.task(taskIds[0]!).meta);
@@ -194,7 +235,7 @@ describe('Redis Cluster failover', () => {
   }, 180_000);
 
   it('a master killed with writes in flight: every task the surviving cluster holds ends, each log contiguous; what the replica never got is measured', async () => {
-    const cluster = await startTestCluster();
+    const cluster = await started(startTestCluster());
     // Killed as soon as the first task's workers run: the others are queued behind them or running.
     const { taskIds, watches } = await startTasks(cluster, BUSY_TASKS, 300, true);
     const keys = new KeyBuilder(stack!.prefix);
@@ -244,7 +285,7 @@ describe('Redis Cluster failover', () => {
 
 describe('Redis Cluster outage', () => {
   it('while the cluster is down the gateway answers 503 / UNAVAILABLE, never 404; after the takeover it answers again', async () => {
-    const cluster = await startTestCluster();
+    const cluster = await started(startTestCluster());
     // A gateway alone: what is measured is what a reader is told.
     stack = await TestStack.start({ redis: cluster, workers: 0 });
     const api = httpClient(stack.url);
@@ -279,7 +320,7 @@ describe('Redis Cluster outage', () => {
 
 describe('Redis Sentinel', () => {
   it('runs team tasks through the master a Sentinel names (REDIS_SENTINELS, REDIS_SENTINEL_NAME), watched to their end', async () => {
-    const sentinel = await startTestSentinel();
+    const sentinel = await started(startTestSentinel());
     const { taskIds, watches } = await startTasks(sentinel, 3, 300);
     const logs = await finalLogs(taskIds);
     const watched = await Promise.all(watches);
@@ -300,7 +341,7 @@ describe('Redis Sentinel', () => {
   }, 120_000);
 
   it('the master killed mid-task (its replica in sync): Sentinel promotes the replica, every task ends, watchers see each event once', async () => {
-    const sentinel = await startTestSentinel();
+    const sentinel = await started(startTestSentinel());
     const { taskIds, watches } = await startTasks(sentinel, 3, 1500);
     const killedAt = Date.now();
     await sentinel.killMaster({ inSync: true });
