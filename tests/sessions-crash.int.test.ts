@@ -84,6 +84,9 @@ describe('a worker killed mid-turn', () => {
       expect(all.find((e) => e.event_type === 'turn_complete')!.payload.stop_reason).toBe('end_turn');
       const transcript = await redis.lrange(new KeyBuilder(stack.prefix).session(id).transcript, 0, -1);
       expect(transcript.map((m) => JSON.parse(m).role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
+      // The turn's job leaves `active` just after turn_complete is readable. Killed before that, the worker would
+      // leave it active for the next test's stall check to fail as a lost job (the stack is shared).
+      await waitUntil('no active job', async () => (await queue.getActiveCount()) === 0);
     } finally {
       first.kill('SIGKILL');
       second?.kill('SIGKILL');
