@@ -105,10 +105,12 @@ export class TurnSweeper {
   }
 
   private async endIfStranded(turn: FailedTurnJob): Promise<boolean> {
-    const { store, endTurn, maxAttempts, logger } = this.deps;
-    // Most failed turns ended long ago: a read rules them out without the give-up's writes.
+    const { queue, store, endTurn, maxAttempts, logger } = this.deps;
+    // Most failed turns ended long ago: a read of the session rules them out without reading the job or writing.
     if (!(await store.turnInProgressAt(turn.sessionId, turn.wake))) return false;
-    const error = failedTurnError(turn.failedReason, maxAttempts);
+    const failedReason = await queue.failedReasonOf(turn.jobId);
+    if (failedReason === null) return false;
+    const error = failedTurnError(failedReason, maxAttempts);
     try {
       if (!(await endTurn(turn, error))) return false;
     } catch (err) {

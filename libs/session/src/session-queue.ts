@@ -19,7 +19,7 @@ export interface SessionTurnJobData {
 export interface FailedTurnJob {
   sessionId: string;
   wake: number;
-  failedReason: string;
+  jobId: string;
 }
 
 /**
@@ -60,6 +60,11 @@ const DEADLINE_JOB_OPTIONS = { ...JOB_OPTIONS, attempts: 12, backoff: { type: 'e
  * runs each start or resume of a turn.
  */
 export const turnJobId = (sessionId: string, wake: number): string => `s_${sessionId}_w${wake}`;
+/** The session and wake a turn job's id names (turnJobId's inverse); null for any other job's id. */
+const turnOfJobId = (jobId: string): { sessionId: string; wake: number } | null => {
+  const match = /^s_(.+)_w(\d+)$/.exec(jobId);
+  return match && !match[1]!.includes('_d_') ? { sessionId: match[1]!, wake: Number(match[2]) } : null;
+};
 export const deadlineJobId = (sessionId: string, toolCallId: string): string => `s_${sessionId}_d_${toolCallId}`;
 export const approvalDeadlineJobId = (approvalId: string): string => `a_${approvalId}`;
 
@@ -106,9 +111,9 @@ export class SessionQueue {
 
   /**
    * A page of the jobs BullMQ failed for good (kept a day: removeOnFail), from `from` towards the `older` or `newer`
-   * end: the turn jobs among them, with BullMQ's reason (what the job threw, or its stall check's "job stalled more
-   * than allowable limit"), how many failed jobs of any kind the page held (fewer than `count`: it reached the end),
-   * and the cursor after them. Paged by time, not by index, so jobs failing meanwhile do not shift the pages.
+   * end: the turn jobs among them, named by their ids (no job is read: most failed turns ended long ago), how many
+   * failed jobs of any kind the page held (fewer than `count`: it reached the end), and the cursor after them. Paged
+   * by time, not by index, so jobs failing meanwhile do not shift the pages.
    */
   async failedTurnsFrom(from: FailedSetCursor, direction: 'older' | 'newer', count: number): Promise<{ turns: FailedTurnJob[]; read: number; next: FailedSetCursor }> {
     const key = this.queue.keys.failed!;
@@ -123,13 +128,20 @@ export class SessionQueue {
       const at = Number(flat[i + 1]);
       next = at === next.at ? { at, skip: next.skip + 1 } : { at, skip: 1 };
     }
-    // A job removed since the range was read (its day is up, or it was retried) is skipped.
-    const jobs = await Promise.all(ids.map((id) => Job.fromId<SessionJobData>(this.queue, id)));
-    const turns = jobs.filter((job) => job?.name === SESSION_TURN_JOB).map((job) => {
-      const { sessionId, wake } = job!.data as SessionTurnJobData;
-      return { sessionId, wake, failedReason: job!.failedReason ?? '' };
+    const turns = ids.flatMap((jobId) => {
+      const turn = turnOfJobId(jobId);
+      return turn ? [{ ...turn, jobId }] : [];
     });
     return { turns, read: ids.length, next };
+  }
+
+  /**
+   * Why BullMQ failed a turn job (what it threw, or its stall check's "job stalled more than allowable limit"); null
+   * when the job is gone (its day is up) or is not a failed turn job.
+   */
+  async failedReasonOf(jobId: string): Promise<string | null> {
+    const job = await Job.fromId<SessionJobData>(this.queue, jobId);
+    return job?.name === SESSION_TURN_JOB && job.failedReason !== undefined ? job.failedReason : null;
   }
 
   async close(): Promise<void> {
