@@ -7,7 +7,7 @@ export interface RequestInboxOptions {
   handle(raw: string | null): Promise<void>;
   /** Hears a request whose handling rejected: the requests behind it are still handled. */
   onError(err: unknown): void;
-  /** Stop reading the socket (TCP then holds the client's writes back) / read it again. */
+  /** Stop reading the socket (TCP then holds the client's writes back) / read it again: each called once per pause. */
   pause(): void;
   resume(): void;
 }
@@ -25,6 +25,7 @@ export class RequestInbox {
   private chain: Promise<void> = Promise.resolve();
   private queuedCount = 0;
   private queuedChars = 0;
+  private paused = false;
   /** Frames parsed past the cap, in arrival order: at most the rest of the read that reached it. */
   private readonly beyond: (string | null)[] = [];
 
@@ -43,7 +44,10 @@ export class RequestInbox {
       return;
     }
     this.enqueue(raw);
-    if (this.full()) this.opts.pause();
+    if (this.full() && !this.paused) {
+      this.paused = true;
+      this.opts.pause();
+    }
   }
 
   private full(): boolean {
@@ -59,7 +63,10 @@ export class RequestInbox {
       this.queuedCount--;
       this.queuedChars -= chars;
       while (this.beyond.length > 0 && !this.full()) this.enqueue(this.beyond.shift()!);
-      if (this.beyond.length === 0 && !this.full()) this.opts.resume();
+      if (this.paused && this.beyond.length === 0 && !this.full()) {
+        this.paused = false;
+        this.opts.resume();
+      }
     });
   }
 }

@@ -102,9 +102,7 @@ export class WindieSocket {
       handle: (raw) => this.room().then(() => this.onMessage(raw)),
       onError: (err) => this.deps.logger.error({ err }, 'ws message failed'),
       pause: () => socket.pause(),
-      resume: () => {
-        if (socket.isPaused) socket.resume();
-      },
+      resume: () => socket.resume(),
     });
     socket.on('message', (data, isBinary) => {
       if (!this.closed) this.inbox.offer(isBinary ? null : data.toString());
