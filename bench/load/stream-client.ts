@@ -21,6 +21,12 @@ interface Run {
   turns: number;
   prompt: string;
   chunkDelayMs: number;
+  /**
+   * Arrivals spread instead of sent at once: session i sends its first message i × spreadMs / sessions after the
+   * start, and each session its next one as its turn ends, so the sessions keep their phases and about `sessions`
+   * turns stream at any time. The first turn of each (the ramp, at rising concurrency) is run and not recorded.
+   */
+  spreadMs?: number;
 }
 
 /** Words the scripted model streams per chunk (libs/scripted-model README: "in groups of three words"). */
@@ -144,26 +150,31 @@ for await (const cmd of commands<Run & { cmd: string }>()) {
   const stamps: TurnStamp[] = [];
   let deltas = 0;
   const started = performance.now();
-  await Promise.all(sessions.map(async (s) => {
+  const spread = cmd.spreadMs ?? 0;
+  let turns = 0;
+  await Promise.all(sessions.map(async (s, i) => {
+    if (spread > 0) await new Promise((resolve) => setTimeout(resolve, (i * spread) / cmd.sessions));
     for (let t = 0; t < cmd.turns; t++) {
+      const recorded = spread === 0 || t > 0;
       let text = '';
-      const turnLags = new TurnLags(cmd.chunkDelayMs, lags, relayLags);
+      const turnLags = recorded ? new TurnLags(cmd.chunkDelayMs, lags, relayLags) : new TurnLags(cmd.chunkDelayMs, [], []);
       const t0 = performance.now();
       const sentMs = wallMs();
       await s.turn(cmd.prompt, (delta) => {
         const at = performance.now() - t0;
-        if (text === '') {
+        if (text === '' && recorded) {
           first.push(at);
           if (s.id) stamps.push({ session: s.id, turn: t + 1, sent_ms: sentMs, first_ms: sentMs + at });
         }
-        deltas++;
+        if (recorded) deltas++;
         turnLags.delta(text, delta, at);
         text += delta;
       });
+      if (recorded) turns++;
     }
   }));
   const seconds = (performance.now() - started) / 1000;
   for (const s of sessions) s.close();
-  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), relay_lags: f64ToBase64(Float64Array.from(relayLags)), turns: cmd.sessions * cmd.turns, deltas, seconds, ...(stamps.length > 0 && { stamps }) });
+  emit('done', { first: f64ToBase64(Float64Array.from(first)), lags: f64ToBase64(Float64Array.from(lags)), relay_lags: f64ToBase64(Float64Array.from(relayLags)), turns, turns_run: cmd.sessions * cmd.turns, deltas, seconds, ...(stamps.length > 0 && { stamps }) });
 }
 process.exit(0);
