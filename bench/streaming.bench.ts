@@ -6,7 +6,8 @@
 // turn's first delta minus the pacing since then (what a delta waits in transit once the stream has begun; the first
 // delta's wait is the first-delta figure). Redis commands and scripts per Cadre turn come from INFO commandstats of the
 // gateway's own redis-server; CPU time per Cadre turn of the gateway, the worker and that Redis from /proc (the
-// figures load moves least). At 100 sessions two loads: the messages sent at once (a burst, every turn starting
+// figures load moves least), and per turn of either side the scripted model's and the client's, with the share of
+// the machine's CPUs busy during the round (at 1, every process on the path waits for a CPU). At 100 sessions two loads: the messages sent at once (a burst, every turn starting
 // together) and arrivals spread over a turn's length (about 100 turns streaming at any time). Gateway, worker pool,
 // scripted model and both clients (bench/load/stream-client.ts) are processes of their own; rounds alternate raw, cadre. Each Cadre round's first deltas are split into steps
 // (client send → the BullMQ add, the job's wait in the queue, taken → model request, model → commit, commit →
@@ -19,7 +20,7 @@
 import { Redis } from 'ioredis';
 import { BENCH_API_KEY, profiledWindow } from './support/harness.ts';
 import { summarize, type LatencySummary } from './support/latency.ts';
-import { loadText } from './support/machine.ts';
+import { loadText, machineBusyMark } from './support/machine.ts';
 import { base64ToF64 } from './support/child.ts';
 import { cpuSecondsOf, spawnNode, type Message } from './support/procs.ts';
 import { RedisStats, round, scriptTotal, totalCalls } from './support/redis-stats.ts';
@@ -59,13 +60,17 @@ interface Figures {
   redis_scripts_per_turn?: number;
   /** CPU time (user + system, from /proc) per Cadre turn of each process on its path: load moves it far less than latency. */
   cpu_ms_per_turn?: { gateway: number; worker: number; redis: number };
+  /** CPU time per turn of the scripted model and of the side's own client (both sides have them). */
+  cpu_ms_per_turn_model_client: { model: number; client: number };
+  /** Share of the machine's CPUs busy during the round (/proc/stat): near 1, everything on it waits for a CPU. */
+  box_busy: number;
   /** Cadre only: the first delta's steps and the bursts' spread, read from Redis after the round. */
   first_delta_split?: TurnSplit;
 }
 
 async function main(): Promise<void> {
   const stack = await startStack({ keyPrefix: PREFIX, worker: { env: { WORKER_CONCURRENCY: String(Math.max(...LEVELS.map((l) => l.sessions))) } } });
-  const { redis, modelUrl, gateway, worker } = stack;
+  const { redis, modelUrl, gateway, worker, model } = stack;
   const raw = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'raw', modelUrl })] });
   const cadre = spawnNode('bench/load/stream-client.ts', { args: [JSON.stringify({ mode: 'cadre', target: gateway.target })], env: { CADRE_API_KEY: BENCH_API_KEY } });
   const stats = new RedisStats(redis.url);
@@ -76,16 +81,21 @@ async function main(): Promise<void> {
       if (withRedis) await stats.reset();
       const cpu = (): number[] => [gateway.child.cpuSeconds(), worker.cpuSeconds(), cpuSecondsOf(redis.pid)];
       const cpuBefore = cpu();
+      const ownBefore = [model.cpuSeconds(), side.cpuSeconds()];
+      const busy = machineBusyMark();
       const done = await profiledWindow(`streaming ${withRedis ? 'cadre' : 'raw'} ${sessions}`, () => {
         side.send({ cmd: 'run', sessions, turns, prompt: PROMPT, chunkDelayMs: CHUNK_DELAY_MS, ...(spread && { spreadMs: TURN_MS }) });
         return side.next<Message & { first: string; lags: string; relay_lags: string; turns: number; turns_run: number; deltas: number; stamps?: TurnStamp[] }>('done', 120_000);
       });
       // Per turn run (the spread levels' unrecorded ramp turns included): the CPU and Redis counts cover them all.
       const cpuUsed = cpu().map((s, i) => round(((s - cpuBefore[i]!) * 1000) / done.turns_run, 2));
+      const boxBusy = busy();
+      const [modelCpu, clientCpu] = [model.cpuSeconds(), side.cpuSeconds()].map((s, i) => round(((s - ownBefore[i]!) * 1000) / done.turns_run, 2));
       const first = base64ToF64(done.first);
       const figures: Figures = {
         sessions, arrivals: spread ? 'spread' : 'burst', turns: done.turns, first_delta: summarize(first), chunk_lag: summarize(base64ToF64(done.lags)),
         relay_lag: summarize(base64ToF64(done.relay_lags)), deltas_per_turn: round(done.deltas / done.turns, 1),
+        cpu_ms_per_turn_model_client: { model: modelCpu!, client: clientCpu! }, box_busy: boxBusy,
       };
       if (withRedis) {
         const calls = await stats.counts();
@@ -107,9 +117,9 @@ async function main(): Promise<void> {
       samples.push(...(await alternate(ROUNDS, { raw: () => run(raw, level, false), cadre: () => run(cadre, level, true) })));
     }
     const levelOf = (s: Figures): string => `${s.sessions}${s.arrivals === 'spread' ? '~' : ''}`;
-    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'relay lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'cpu ms/turn gw', 'worker', 'redis', 'load']];
+    const rows: (string | number)[][] = [['sessions', 'side', 'round', 'first delta p50', 'p99', 'chunk lag p50', 'p99', 'relay lag p50', 'p99', 'deltas/turn', 'redis cmds/turn', 'scripts/turn', 'cpu ms/turn gw', 'worker', 'redis', 'model', 'client', 'box busy', 'load']];
     for (const s of samples) {
-      rows.push([levelOf(s), s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.relay_lag.p50_ms, s.relay_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.cpu_ms_per_turn?.gateway ?? '—', s.cpu_ms_per_turn?.worker ?? '—', s.cpu_ms_per_turn?.redis ?? '—', s.load.loadavg[0]!]);
+      rows.push([levelOf(s), s.side, s.round, s.first_delta.p50_ms, s.first_delta.p99_ms, s.chunk_lag.p50_ms, s.chunk_lag.p99_ms, s.relay_lag.p50_ms, s.relay_lag.p99_ms, s.deltas_per_turn, s.redis_commands_per_turn ?? '—', s.redis_scripts_per_turn ?? '—', s.cpu_ms_per_turn?.gateway ?? '—', s.cpu_ms_per_turn?.worker ?? '—', s.cpu_ms_per_turn?.redis ?? '—', s.cpu_ms_per_turn_model_client.model, s.cpu_ms_per_turn_model_client.client, s.box_busy, s.load.loadavg[0]!]);
     }
     printTable(`Streaming: StreamSession vs the same stream read with openai (${PROMPT.length} chars, chunk_delay ${CHUNK_DELAY_MS} ms; N~: arrivals spread over ${TURN_MS} ms, first turns not recorded)`, rows);
     const added: Record<string, unknown> = {};
