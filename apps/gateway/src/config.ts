@@ -24,6 +24,11 @@ export function gatewayConfig(env: Env) {
     grpcMaxConcurrentStreams: int('CADRE_GRPC_MAX_CONCURRENT_STREAMS', 1000, { min: 1, max: 0xffff_ffff }),
     /** A task still not enqueued this long after its creation began was left by a gateway that died: enqueue it. */
     enqueueGraceMs: int('CADRE_ENQUEUE_GRACE_MS', 10_000, { min: 100 }),
+    /**
+     * How often each gateway looks for unfinished tasks whose BullMQ jobs were lost (to a failover) and re-adds them
+     * (the task reconciler; tasks younger than CADRE_ENQUEUE_GRACE_MS are left alone).
+     */
+    taskReconcileIntervalMs: int('CADRE_TASK_RECONCILE_INTERVAL_MS', 30_000, { min: 50 }),
     /** Set by `npm start`: stop when the stack process goes away. */
     exitWithParent: bool('CADRE_EXIT_WITH_PARENT', false),
     // The original's names keep their meaning: WINDIE_DEMO_API_KEY is its fallback runs key, and its control key

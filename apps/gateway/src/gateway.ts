@@ -20,6 +20,7 @@ import { RunApprovals } from './runs/run-approvals.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
+import { REDRIVE_REASONS, TaskReconciler } from './tasks/task-reconciler.ts';
 import type { RedisTarget } from '@cadre/config';
 import type { GatewayConfig } from './config.ts';
 
@@ -104,6 +105,16 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const enqueueSweeper = new EnqueueSweeper({ store, queue, sessions, graceMs: config.enqueueGraceMs, logger });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
+  const reconciled = new Counter({
+    name: 'cadre_tasks_reconciled_total',
+    help: 'Unfinished tasks this gateway\'s task reconciler re-drove, by reason: lead_job_lost (the lead\'s BullMQ job was gone: added again), worker_job_lost (a worker\'s job its lead waits for was gone: added again)',
+    labelNames: ['reason'],
+    registers: [metrics],
+  });
+  for (const reason of REDRIVE_REASONS) reconciled.inc({ reason }, 0);
+  const reconciler = new TaskReconciler({
+    store, queue, graceMs: config.enqueueGraceMs, intervalMs: config.taskReconcileIntervalMs, logger, onRedriven: (reason) => reconciled.inc({ reason }),
+  });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
   const sessionsOpen = new Gauge({
@@ -196,6 +207,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   grpc.health.setServing();
   sweeper.start();
   enqueueSweeper.start();
+  reconciler.start();
   logger.info({ port: listener.port }, 'gateway listening (REST + gRPC)');
 
   let closing: Promise<void> | undefined;
@@ -212,6 +224,8 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     draining.abort();
     sweeper.stop();
     enqueueSweeper.stop();
+    // Not awaited, as the sweepers: a pass waiting on a Redis that is down would hold the drain up.
+    void reconciler.stop();
     grpc.health.setNotServing();
     await listener.close();
     await fanout.close();

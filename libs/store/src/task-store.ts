@@ -344,6 +344,22 @@ export class TaskStore {
   }
 
   /**
+   * A page of a workspace's unfinished tasks (SSCAN: `cursor` '0' starts the walk, and `next` '0' ends it; a task
+   * may come twice in one walk). For walks over sets too large to read at once (the task reconciler's).
+   */
+  async activeTaskPage(workspaceId: string, cursor: string, count: number): Promise<{ next: string; taskIds: string[] }> {
+    const [next, taskIds] = await this.redis.sscan(this.keys.workspaceTasks(workspaceId), cursor, 'COUNT', count);
+    return { next, taskIds };
+  }
+
+  /** Which of these tasks are still marked as being enqueued (their creation's enqueue is the enqueue sweeper's). */
+  async beingEnqueued(taskIds: readonly string[]): Promise<Set<string>> {
+    if (taskIds.length === 0) return new Set();
+    const scores = await this.redis.zmscore(this.keys.tasksEnqueueing(), ...taskIds);
+    return new Set(taskIds.filter((_, i) => scores[i] !== null));
+  }
+
+  /**
    * Bookkeeping outside the task's slot, so separate writes (two slots: sent together, not as one pipeline): the count of tasks that reached each status (for
    * metrics) and the workspace's set of unfinished tasks.
    */

@@ -1,7 +1,7 @@
 import { FlowProducer, Job, Queue, type ConnectionOptions, type Telemetry } from 'bullmq';
 import type { RedisClient } from './connect.ts';
 import type { KeyBuilder } from './keys.ts';
-import { LEAD_WORKER_ID, type TaskRecord } from './task-types.ts';
+import { LEAD_WORKER_ID, type TaskRecord, type WorkerView } from './task-types.ts';
 
 /** The queue every agent job (lead or worker) goes through. */
 export const AGENT_QUEUE = 'agents';
@@ -29,9 +29,24 @@ export const AGENT_JOB_OPTIONS = {
   removeOnFail: { age: 24 * 3600 },
 } as const;
 
+/**
+ * Where an agent job stands, as a re-drive needs to know it: `missing` (no job hash: never added, or its add lost),
+ * `waiting-children` (a lead waiting for its workers), `finished` (completed or failed, `finishedAt` its ms) or
+ * `live` (waiting, delayed or running: it will run or is running).
+ */
+export type AgentJobState = { state: 'missing' | 'waiting-children' | 'live' } | { state: 'finished'; finishedAt: number };
+
+/** The team's workers (not the lead) whose roster entry has not ended: those a lead still waits for. */
+export function unfinishedWorkerIds(workers: readonly Pick<WorkerView, 'worker_id' | 'status'>[]): string[] {
+  return workers.filter((w) => w.worker_id !== LEAD_WORKER_ID && w.status !== 'completed' && w.status !== 'failed').map((w) => w.worker_id);
+}
+
 export class TeamQueue {
   private readonly queue: Queue<AgentJobData>;
   private readonly flow: FlowProducer;
+  /** The queue's own connection: job states are read with it (all of BullMQ's keys share one slot). */
+  private readonly redis: RedisClient;
+  private readonly keys: KeyBuilder;
 
   /**
    * `telemetry`: BullMQ's tracing hook; each job then carries its enqueuer's trace context in its options.
@@ -45,13 +60,17 @@ export class TeamQueue {
     this.flow = new FlowProducer({ connection, prefix: opts.keys.bullPrefix(), ...telemetry });
     this.queue.on('error', opts.onError);
     this.flow.on('error', opts.onError);
+    this.redis = opts.connection;
+    this.keys = opts.keys;
   }
 
   /**
    * A named team is one BullMQ flow: the lead is the parent and runs (to synthesize) once every worker child has
    * finished. A planned team starts with the lead alone; it adds its workers as children when it has planned.
+   * `workerIds`: a named team's children, by default its workers that have not finished (all of a new task's); a
+   * child whose job is already there is linked to the lead again (BullMQ's duplicate rule), not added twice.
    */
-  async enqueueTask(task: TaskRecord): Promise<void> {
+  async enqueueTask(task: TaskRecord, workerIds: readonly string[] = unfinishedWorkerIds(task.workers)): Promise<void> {
     const taskId = task.task_id;
     if (task.mode === 'planned') {
       await this.queue.add(LEAD_WORKER_ID, { taskId, workerId: LEAD_WORKER_ID, step: 'plan' }, { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, LEAD_WORKER_ID) });
@@ -62,22 +81,23 @@ export class TeamQueue {
       queueName: AGENT_QUEUE,
       data: { taskId, workerId: LEAD_WORKER_ID, step: 'synthesize' },
       opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, LEAD_WORKER_ID) },
-      children: task.workers
-        .filter((w) => w.worker_id !== LEAD_WORKER_ID)
-        .map((w) => ({
-          name: 'worker',
-          queueName: AGENT_QUEUE,
-          data: { taskId, workerId: w.worker_id },
-          opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, w.worker_id), ignoreDependencyOnFailure: true },
-        })),
+      children: workerIds.map((workerId) => ({
+        name: 'worker',
+        queueName: AGENT_QUEUE,
+        data: { taskId, workerId },
+        opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, workerId), ignoreDependencyOnFailure: true },
+      })),
     });
   }
 
   /**
-   * Adds a planned team's workers as children of its lead's job (`lead`: the lead's job id and queue-qualified name),
-   * so the lead's synthesize step runs once they have all finished.
+   * Adds workers' jobs as children of the lead's job (which must exist), so the lead's synthesize step runs once
+   * they have all finished: a planned team's when its lead has planned, or a job that was lost. A job already there
+   * is linked to the lead again if it has not finished (BullMQ's duplicate rule), not added twice.
    */
-  async addWorkerJobs(taskId: string, workerIds: readonly string[], lead: { id: string; queue: string }): Promise<void> {
+  async addWorkerJobs(taskId: string, workerIds: readonly string[]): Promise<void> {
+    if (workerIds.length === 0) return;
+    const lead = { id: agentJobId(taskId, LEAD_WORKER_ID), queue: this.queue.qualifiedName };
     await this.queue.addBulk(
       workerIds.map((workerId) => ({
         name: 'worker',
@@ -85,6 +105,33 @@ export class TeamQueue {
         opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, workerId), parent: lead, ignoreDependencyOnFailure: true },
       })),
     );
+  }
+
+  /**
+   * The state of each agent's job of a task (`workerIds`, the lead among them if wanted), read in one transaction so
+   * the states are of one moment.
+   */
+  async jobStates(taskId: string, workerIds: readonly string[]): Promise<Map<string, AgentJobState>> {
+    const { 'waiting-children': waitingChildren, completed, failed } = this.queue.keys;
+    const tx = this.redis.multi();
+    for (const workerId of workerIds) {
+      const jobId = agentJobId(taskId, workerId);
+      tx.exists(this.keys.bullJob(AGENT_QUEUE, jobId)).zscore(waitingChildren!, jobId).zscore(completed!, jobId).zscore(failed!, jobId);
+    }
+    const replies = await tx.exec();
+    if (!replies) throw new Error(`reading the jobs of task ${taskId}: the transaction was discarded`);
+    const values = replies.map(([err, value]) => {
+      if (err) throw err;
+      return value;
+    });
+    return new Map(workerIds.map((workerId, i) => {
+      const [exists, waitingSince, completedAt, failedAt] = values.slice(i * 4, i * 4 + 4) as [number, string | null, string | null, string | null];
+      const finishedAt = completedAt ?? failedAt;
+      const state: AgentJobState = exists === 0 ? { state: 'missing' }
+        : finishedAt !== null ? { state: 'finished', finishedAt: Number(finishedAt) }
+          : waitingSince !== null ? { state: 'waiting-children' } : { state: 'live' };
+      return [workerId, state];
+    }));
   }
 
   /**

@@ -19,6 +19,7 @@ import {
   type TeamQueue,
   type WorkerRecord,
   type WorkerView,
+  unfinishedWorkerIds,
 } from '@cadre/store';
 import type { AbortCause, CancelRegistry } from '../cancel-registry.ts';
 import { SHUTDOWN_HAND_BACK_MS, handJobBack, rideOutOutage, type HandBackReason } from './hand-back.ts';
@@ -221,9 +222,13 @@ export class AgentJobProcessor {
     if (job.data.step === 'plan') {
       let workerIds: string[];
       if (team.length > 1 + task.team.workers.length) {
-        // An earlier attempt planned and added its workers, then died: keep that team (asking the model again
-        // could name other workers and double it) and make sure each has its job.
-        workerIds = team.map((w) => w.worker_id).filter((id) => id !== LEAD_WORKER_ID);
+        // An earlier attempt planned and added its workers, then died (or its job was lost and the task reconciler
+        // added it again): keep that team (asking the model again could name other workers and double it) and make
+        // sure each worker still to finish has its job, as this job's child. Not a worker whose job has ended: a
+        // child that already failed would be waited for again, for ever.
+        const unfinished = unfinishedWorkerIds(team);
+        const jobs = await this.deps.queue.jobStates(task.task_id, unfinished);
+        workerIds = unfinished.filter((id) => jobs.get(id)?.state !== 'finished');
       } else {
         // Numbered from a fixed base, so a plan retried before its workers were added names the same workers.
         const planned = spawnWorkerTool({ maxWorkers: task.team.max_workers, firstIndex: task.team.workers.length + 1, defaultModel: lead.model });
@@ -235,7 +240,7 @@ export class AgentJobProcessor {
         await this.deps.store.addWorkers(task.task_id, lease, planned.spawned);
         workerIds = planned.spawned.map((w) => w.worker_id);
       }
-      await this.deps.queue.addWorkerJobs(task.task_id, workerIds, { id: job.id!, queue: job.queueQualifiedName });
+      await this.deps.queue.addWorkerJobs(task.task_id, workerIds);
       await job.updateData({ ...job.data, step: 'synthesize' });
       await this.deps.store.appendWorkerEvent(task.task_id, LEAD_WORKER_ID, lease, 'worker_phase', { phase: 'waiting_for_workers', mode: 'team', turn: 0 });
       team = await this.waitForChildren(job, lease, task);

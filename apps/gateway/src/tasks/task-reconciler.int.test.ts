@@ -1,0 +1,141 @@
+// The task reconciler against a real Redis and real BullMQ jobs, with no worker running them: a healthy task is only
+// read (nothing written), a finished worker is never given a job again, young tasks and tasks the enqueue sweeper
+// still owns are left alone, passes are bounded and go on where the last one stopped, and two reconcilers at once
+// add a lost job once.
+import { randomUUID } from 'node:crypto';
+import { Queue } from 'bullmq';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_QUEUE, KeyBuilder, TaskStore, TeamQueue, agentJobId, connectRedis, type NewTask, type RedisClient, type TaskRecord } from '@cadre/store';
+import { dumpDiff, dumpRedis, startTestRedis, type TestRedis } from '@cadre/testing';
+import { TaskReconciler, type TaskReconcilerDeps } from './task-reconciler.ts';
+
+let server: TestRedis;
+let redis: RedisClient;
+let keys: KeyBuilder;
+let store: TaskStore;
+let queue: TeamQueue;
+let jobs: Queue;
+
+beforeAll(async () => {
+  server = await startTestRedis();
+  redis = connectRedis(server.url, 'test-task-reconciler');
+});
+afterAll(async () => {
+  await queue?.close();
+  await jobs?.close();
+  redis?.disconnect();
+  await server?.stop();
+});
+
+/** A prefix of its own per test: every test sees only its own tasks and jobs. */
+async function fresh(): Promise<void> {
+  await queue?.close();
+  await jobs?.close();
+  keys = new KeyBuilder(`rec${randomUUID().slice(0, 8)}`);
+  store = new TaskStore({ redis, keys });
+  queue = new TeamQueue({ connection: redis, keys, onError: () => undefined });
+  jobs = new Queue(AGENT_QUEUE, { connection: redis as never, prefix: keys.bullPrefix() });
+}
+
+const reconciler = (opts: Partial<TaskReconcilerDeps> = {}): TaskReconciler =>
+  new TaskReconciler({ store, queue, graceMs: 0, intervalMs: 60_000, logger: pino({ level: 'silent' }), ...opts });
+
+/** A task as the gateway creates it: written, listed, its jobs enqueued, its enqueue mark cleared. */
+async function createTask(workspaceId: string, workers: string[] = []): Promise<TaskRecord> {
+  const input: NewTask = {
+    workspace_id: workspaceId, goal: 'g', metadata: {},
+    team: { lead: { instructions: 'lead' }, workers: workers.map((role) => ({ role, instructions: role, tools: [] })), max_workers: 4 },
+  };
+  const { task } = await store.createTask(input);
+  await Promise.all([store.listNew(task), queue.enqueueTask(task)]);
+  await store.enqueued(task.task_id);
+  return task;
+}
+
+/** Deletes a job's hash and its id in the queue's lists and sets (a lost add). */
+async function loseJob(taskId: string, workerId: string): Promise<void> {
+  const jobId = agentJobId(taskId, workerId);
+  const k = jobs.keys;
+  await redis.multi().del(jobs.toKey(jobId), `${jobs.toKey(jobId)}:dependencies`).lrem(k.wait!, 0, jobId).zrem(k['waiting-children']!, jobId).exec();
+}
+
+const stateOf = (taskId: string, workerId: string): Promise<string> => jobs.getJobState(agentJobId(taskId, workerId));
+const everyKey = (): Promise<Map<string, string>> => dumpRedis(redis as never, [`${keys.prefix}:*`, `${keys.bullPrefix()}:*`]);
+
+describe('TaskReconciler', () => {
+  it('only reads healthy tasks: nothing is re-added, nothing written', async () => {
+    await fresh();
+    const planned = await createTask('w1');
+    const named = await createTask('w1', ['researcher', 'critic']);
+    // A named task one of whose workers has finished, its job completed and removed since: not to be given a job again.
+    const partly = await createTask('w2', ['researcher', 'critic']);
+    await store.claimWorker(partly.task_id, 'researcher-1', 'lease-1', 'host');
+    await store.finishWorker(partly.task_id, 'researcher-1', 'lease-1', { outcome: 'completed', result: 'r', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+    await loseJob(partly.task_id, 'researcher-1');
+    expect([await stateOf(planned.task_id, 'lead'), await stateOf(named.task_id, 'lead'), await stateOf(named.task_id, 'critic-2')]).toEqual(['waiting', 'waiting-children', 'waiting']);
+
+    const before = await everyKey();
+    expect(before.size).toBeGreaterThan(10);
+    const pass = await reconciler().reconcile();
+    expect(pass).toEqual({ checked: 3, redriven: {}, failed: [] });
+    expect(dumpDiff(before, await everyKey())).toEqual([]);
+  });
+
+  it('re-adds a lost lead as a flow of the workers still to finish, never a finished worker\'s job', async () => {
+    await fresh();
+    const task = await createTask('w', ['researcher', 'critic']);
+    await store.claimWorker(task.task_id, 'researcher-1', 'lease-1', 'host');
+    await store.finishWorker(task.task_id, 'researcher-1', 'lease-1', { outcome: 'failed', reason: 'model_error', message: 'm' });
+    await loseJob(task.task_id, 'researcher-1');
+    await loseJob(task.task_id, 'lead');
+
+    expect(await reconciler().reconcile()).toEqual({ checked: 1, redriven: { lead_job_lost: [task.task_id] }, failed: [] });
+    expect(await stateOf(task.task_id, 'lead')).toBe('waiting-children');
+    expect(await stateOf(task.task_id, 'critic-2')).toBe('waiting');
+    expect(await stateOf(task.task_id, 'researcher-1')).toBe('unknown');
+    expect(await (await jobs.getJob(agentJobId(task.task_id, 'lead')))!.getDependenciesCount()).toMatchObject({ processed: 0, unprocessed: 1 });
+  });
+
+  it('leaves alone a task younger than the grace and one the enqueue sweeper still owns', async () => {
+    await fresh();
+    const young = await createTask('w');
+    await loseJob(young.task_id, 'lead');
+    expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, redriven: {}, failed: [] });
+    expect(await stateOf(young.task_id, 'lead')).toBe('unknown');
+
+    // A creation whose gateway died before the enqueue: marked still, so it is the enqueue sweeper's.
+    const { task: stranded } = await store.createTask({ workspace_id: 'w', goal: 'g', metadata: {}, team: { lead: { instructions: 'l' }, workers: [], max_workers: 1 } });
+    await store.listNew(stranded);
+    expect(await reconciler().reconcile()).toEqual({ checked: 2, redriven: { lead_job_lost: [young.task_id] }, failed: [] });
+    expect(await stateOf(stranded.task_id, 'lead')).toBe('unknown');
+  });
+
+  it('bounds each pass and goes on where the last one stopped, through every workspace', async () => {
+    await fresh();
+    const lost: string[] = [];
+    for (const ws of ['a', 'b']) {
+      for (let i = 0; i < 4; i++) {
+        const task = await createTask(ws);
+        await loseJob(task.task_id, 'lead');
+        lost.push(task.task_id);
+      }
+    }
+    const r = reconciler({ pageSize: 2, maxPerPass: 3 });
+    const passes = [await r.reconcile(), await r.reconcile(), await r.reconcile()];
+    expect(passes.map((p) => [p.checked, p.redriven.lead_job_lost?.length ?? 0])).toEqual([[3, 3], [3, 3], [2, 2]]);
+    expect(passes.flatMap((p) => p.redriven.lead_job_lost ?? []).sort()).toEqual([...lost].sort());
+    // The next pass starts again at the first workspace and finds nothing left to do.
+    expect(await r.reconcile()).toMatchObject({ checked: 3, redriven: {} });
+  });
+
+  it('two reconcilers at once add a lost job once', async () => {
+    await fresh();
+    const task = await createTask('w', ['researcher']);
+    await loseJob(task.task_id, 'researcher-1');
+    await Promise.all([reconciler().reconcile(), reconciler().reconcile()]);
+    expect((await redis.lrange(jobs.keys.wait!, 0, -1)).filter((id) => id === agentJobId(task.task_id, 'researcher-1'))).toHaveLength(1);
+    expect(await stateOf(task.task_id, 'lead')).toBe('waiting-children');
+    expect(await (await jobs.getJob(agentJobId(task.task_id, 'lead')))!.getDependenciesCount()).toMatchObject({ processed: 0, unprocessed: 1 });
+  });
+});

@@ -1,0 +1,162 @@
+import { TERMINAL_TASK_STATUSES } from '@cadre/protocol';
+import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
+import { scrubError, type Logger } from '@cadre/observability';
+import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskStore, type TeamQueue } from '@cadre/store';
+
+/** Why a pass re-drove a task: its lead's job was gone, or the job of a worker its lead waits for. */
+export type RedriveReason = 'lead_job_lost' | 'worker_job_lost';
+export const REDRIVE_REASONS: readonly RedriveReason[] = ['lead_job_lost', 'worker_job_lost'];
+
+/** Tasks read per page of a workspace's unfinished set, and at most per pass. */
+const PAGE = 100;
+const MAX_PER_PASS = 1_000;
+
+export interface TaskReconcilerDeps {
+  store: TaskStore;
+  queue: TeamQueue;
+  /** A task younger than this may still be having its jobs added (the enqueue sweeper's window): not looked at. */
+  graceMs: number;
+  intervalMs: number;
+  logger: Logger;
+  /** Hears of each task a pass re-drove. */
+  onRedriven?: (reason: RedriveReason) => void;
+  /** Tasks per read (100) and at most per pass (1,000). */
+  pageSize?: number;
+  maxPerPass?: number;
+}
+
+/**
+ * Where the next pass goes on: a workspace, its SSCAN cursor (null: its walk has ended) and the tasks of the last page
+ * read that the pass's bound left over. '' sorts before every workspace: the start.
+ */
+interface Place {
+  workspaceId: string;
+  cursor: string | null;
+  leftover: string[];
+}
+const START: Place = { workspaceId: '', cursor: '0', leftover: [] };
+
+/** What a pass did: how many tasks it read, the ids of those it re-drove by reason, and of those it could not read or re-drive. */
+export interface ReconcilePass {
+  checked: number;
+  redriven: Partial<Record<RedriveReason, string[]>>;
+  failed: string[];
+}
+
+/**
+ * Re-adds the BullMQ jobs an unfinished team task needs when they are gone. A task's record and log live in its
+ * slot, its jobs in BullMQ's: Redis replicates asynchronously, so a failover can lose a job's add (or a flow's) that
+ * the dying master acknowledged, and nothing would ever run the task again. Every `intervalMs` each gateway goes
+ * through the unfinished tasks (the workspaces' sets stop-all uses), a bounded number per pass, going on where the
+ * last pass stopped; for each task older than `graceMs` and not being enqueued still (the enqueue sweeper's), it
+ * reads the roster, then the jobs of the lead and of every worker that has not finished:
+ *
+ * - the lead's job is missing: it is added again (TeamQueue.enqueueTask) — a planned team's plan step, whose next
+ *   attempt keeps a team already planned and waits for its unfinished workers again; a named team's flow, with the
+ *   unfinished workers whose jobs have not ended as the children (a job still there is linked to the lead again);
+ * - the lead's job waits for its children and an unfinished worker's job is missing: that job is added again as
+ *   the lead's child, so the lead still waits for it and synthesizes once.
+ *
+ * A worker whose roster entry has ended is never given a job again (and its claim would refuse it: worker_finished).
+ * Job ids derive from task and worker, so passes in several gateways at once add each job once. A healthy task is
+ * only read. The roster is read before the jobs: a worker's job is added before the roster says its lead waits.
+ */
+export class TaskReconciler {
+  private readonly deps: TaskReconcilerDeps;
+  private readonly pageSize: number;
+  private readonly maxPerPass: number;
+  private repeat: RepeatedPass | undefined;
+  private place: Place = START;
+
+  constructor(deps: TaskReconcilerDeps) {
+    this.deps = deps;
+    this.pageSize = deps.pageSize ?? PAGE;
+    this.maxPerPass = deps.maxPerPass ?? MAX_PER_PASS;
+  }
+
+  start(): void {
+    this.repeat = repeatPass(() => this.pass(), { intervalMs: this.deps.intervalMs });
+  }
+
+  /** Resolves once a pass in progress has settled. */
+  stop(): Promise<void> {
+    return this.repeat?.stop() ?? Promise.resolve();
+  }
+
+  /**
+   * One pass: up to maxPerPass tasks from where the last pass stopped (once the last workspace is done, the next
+   * pass starts again at the first).
+   */
+  async reconcile(): Promise<ReconcilePass> {
+    const { store } = this.deps;
+    const result: ReconcilePass = { checked: 0, redriven: {}, failed: [] };
+    const workspaces = await store.workspaceIds();
+    // The workspace the last pass stopped in, or (gone) the next one from its start.
+    let i = workspaces.findIndex((ws) => ws >= this.place.workspaceId);
+    let { cursor, leftover } = workspaces[i] === this.place.workspaceId ? this.place : START;
+    this.place = START;
+    for (; i >= 0 && i < workspaces.length; i++, cursor = '0') {
+      const workspaceId = workspaces[i]!;
+      while (leftover.length > 0 || cursor !== null) {
+        if (leftover.length === 0) {
+          const page = await store.activeTaskPage(workspaceId, cursor!, this.pageSize);
+          leftover = page.taskIds;
+          cursor = page.next === '0' ? null : page.next;
+        }
+        const taskIds = leftover.slice(0, this.maxPerPass - result.checked);
+        leftover = leftover.slice(taskIds.length);
+        const enqueueing = await store.beingEnqueued(taskIds);
+        for (const taskId of taskIds) {
+          if (enqueueing.has(taskId)) continue;
+          // One task that cannot be re-driven (its job refused) does not hold up the others; the next walk retries it.
+          const reason = await this.redrive(taskId).catch((err: unknown) => {
+            result.failed.push(taskId);
+            if (result.failed.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
+            return null;
+          });
+          if (reason) (result.redriven[reason] ??= []).push(taskId);
+        }
+        result.checked += taskIds.length;
+        if (result.checked >= this.maxPerPass) {
+          this.place = { workspaceId, cursor, leftover };
+          return result;
+        }
+      }
+    }
+    return result;
+  }
+
+  /** Re-adds what the task's jobs lack; the reason, or null when it lacked nothing (or is not for this pass). */
+  private async redrive(taskId: string): Promise<RedriveReason | null> {
+    const { store, queue, graceMs } = this.deps;
+    const task = await store.getTask(taskId);
+    if (!task || TERMINAL_TASK_STATUSES.includes(task.status) || Date.now() - Date.parse(task.created_at) < graceMs) return null;
+    const unfinished = unfinishedWorkerIds(task.workers);
+    const jobs = await queue.jobStates(taskId, [LEAD_WORKER_ID, ...unfinished]);
+    const lead = jobs.get(LEAD_WORKER_ID)!.state;
+    let reason: RedriveReason | null = null;
+    if (lead === 'missing') {
+      // A child whose job has ended is not waited for again (it would never end again); the lead's synthesize step
+      // reads the workers' ends from the roster.
+      await queue.enqueueTask(task, unfinished.filter((id) => jobs.get(id)!.state !== 'finished'));
+      reason = 'lead_job_lost';
+    } else if (lead === 'waiting-children') {
+      const missing = unfinished.filter((id) => jobs.get(id)!.state === 'missing');
+      if (missing.length > 0) {
+        await queue.addWorkerJobs(taskId, missing);
+        reason = 'worker_job_lost';
+      }
+    }
+    if (reason) this.deps.onRedriven?.(reason);
+    return reason;
+  }
+
+  private async pass(): Promise<void> {
+    try {
+      const { checked, redriven, failed } = await this.reconcile();
+      if (Object.keys(redriven).length > 0 || failed.length > 0) this.deps.logger.warn({ checked, redriven, failed }, 're-added the lost BullMQ jobs of unfinished tasks');
+    } catch (err) {
+      this.deps.logger.error({ err: scrubError(err) }, 'task reconcile pass failed; the next pass tries again');
+    }
+  }
+}
