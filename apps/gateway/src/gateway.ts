@@ -20,7 +20,7 @@ import { RunApprovals } from './runs/run-approvals.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
-import { REDRIVE_REASONS, TaskReconciler } from './tasks/task-reconciler.ts';
+import { RECONCILE_ACTIONS, TaskReconciler } from './tasks/task-reconciler.ts';
 import type { RedisTarget } from '@cadre/config';
 import type { GatewayConfig } from './config.ts';
 
@@ -107,13 +107,14 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
   const reconciled = new Counter({
     name: 'cadre_tasks_reconciled_total',
-    help: 'Unfinished tasks this gateway\'s task reconciler re-drove, by reason: lead_job_lost (the lead\'s BullMQ job was gone: added again), worker_job_lost (a worker\'s job its lead waits for was gone: added again)',
-    labelNames: ['reason'],
+    help: 'Unfinished tasks whose BullMQ jobs were lost, re-driven or failed by this gateway\'s task reconciler, by action and reason: redriven lead_job_lost (the lead\'s job was gone: added again), redriven worker_job_lost (a job its waiting lead needs was gone: added again), failed lead_job_ended (the lead\'s job had ended with the task\'s end unrecorded)',
+    labelNames: ['action', 'reason'],
     registers: [metrics],
   });
-  for (const reason of REDRIVE_REASONS) reconciled.inc({ reason }, 0);
+  for (const [reason, action] of Object.entries(RECONCILE_ACTIONS)) reconciled.inc({ action, reason }, 0);
   const reconciler = new TaskReconciler({
-    store, queue, graceMs: config.enqueueGraceMs, intervalMs: config.taskReconcileIntervalMs, logger, onRedriven: (reason) => reconciled.inc({ reason }),
+    store, queue, graceMs: config.enqueueGraceMs, intervalMs: config.taskReconcileIntervalMs, logger,
+    onReconciled: (reason) => reconciled.inc({ action: RECONCILE_ACTIONS[reason], reason }),
   });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });

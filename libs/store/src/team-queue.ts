@@ -31,10 +31,10 @@ export const AGENT_JOB_OPTIONS = {
 
 /**
  * Where an agent job stands, as a re-drive needs to know it: `missing` (no job hash: never added, or its add lost),
- * `waiting-children` (a lead waiting for its workers), `finished` (completed or failed, `finishedAt` its ms) or
+ * `waiting-children` (a lead waiting for its workers), `finished` (`how`, and `finishedAt` in ms) or
  * `live` (waiting, delayed or running: it will run or is running).
  */
-export type AgentJobState = { state: 'missing' | 'waiting-children' | 'live' } | { state: 'finished'; finishedAt: number };
+export type AgentJobState = { state: 'missing' | 'waiting-children' | 'live' } | { state: 'finished'; how: 'completed' | 'failed'; finishedAt: number };
 
 /** The team's workers (not the lead) whose roster entry has not ended: those a lead still waits for. */
 export function unfinishedWorkerIds(workers: readonly Pick<WorkerView, 'worker_id' | 'status'>[]): string[] {
@@ -126,12 +126,18 @@ export class TeamQueue {
     });
     return new Map(workerIds.map((workerId, i) => {
       const [exists, waitingSince, completedAt, failedAt] = values.slice(i * 4, i * 4 + 4) as [number, string | null, string | null, string | null];
-      const finishedAt = completedAt ?? failedAt;
       const state: AgentJobState = exists === 0 ? { state: 'missing' }
-        : finishedAt !== null ? { state: 'finished', finishedAt: Number(finishedAt) }
-          : waitingSince !== null ? { state: 'waiting-children' } : { state: 'live' };
+        : completedAt !== null ? { state: 'finished', how: 'completed', finishedAt: Number(completedAt) }
+          : failedAt !== null ? { state: 'finished', how: 'failed', finishedAt: Number(failedAt) }
+            : waitingSince !== null ? { state: 'waiting-children' } : { state: 'live' };
       return [workerId, state];
     }));
+  }
+
+  /** Why BullMQ failed an agent's job (what it threw, or its stall check's message); null when it has not failed. */
+  async failedReasonOf(taskId: string, workerId: string): Promise<string | null> {
+    const job = await Job.fromId(this.queue, agentJobId(taskId, workerId));
+    return job?.failedReason ?? null;
   }
 
   /**

@@ -3,11 +3,11 @@
 // still owns are left alone, passes are bounded and go on where the last one stopped, and two reconcilers at once
 // add a lost job once.
 import { randomUUID } from 'node:crypto';
-import { Queue } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_QUEUE, KeyBuilder, TaskStore, TeamQueue, agentJobId, connectRedis, type NewTask, type RedisClient, type TaskRecord } from '@cadre/store';
-import { dumpDiff, dumpRedis, startTestRedis, type TestRedis } from '@cadre/testing';
+import { assertContiguous, dumpDiff, dumpRedis, startTestRedis, waitUntil, type TestRedis } from '@cadre/testing';
 import { TaskReconciler, type TaskReconcilerDeps } from './task-reconciler.ts';
 
 let server: TestRedis;
@@ -78,7 +78,7 @@ describe('TaskReconciler', () => {
     const before = await everyKey();
     expect(before.size).toBeGreaterThan(10);
     const pass = await reconciler().reconcile();
-    expect(pass).toEqual({ checked: 3, redriven: {}, failed: [] });
+    expect(pass).toEqual({ checked: 3, reconciled: {}, errors: [] });
     expect(dumpDiff(before, await everyKey())).toEqual([]);
   });
 
@@ -90,7 +90,7 @@ describe('TaskReconciler', () => {
     await loseJob(task.task_id, 'researcher-1');
     await loseJob(task.task_id, 'lead');
 
-    expect(await reconciler().reconcile()).toEqual({ checked: 1, redriven: { lead_job_lost: [task.task_id] }, failed: [] });
+    expect(await reconciler().reconcile()).toEqual({ checked: 1, reconciled: { lead_job_lost: [task.task_id] }, errors: [] });
     expect(await stateOf(task.task_id, 'lead')).toBe('waiting-children');
     expect(await stateOf(task.task_id, 'critic-2')).toBe('waiting');
     expect(await stateOf(task.task_id, 'researcher-1')).toBe('unknown');
@@ -101,13 +101,13 @@ describe('TaskReconciler', () => {
     await fresh();
     const young = await createTask('w');
     await loseJob(young.task_id, 'lead');
-    expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, redriven: {}, failed: [] });
+    expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, reconciled: {}, errors: [] });
     expect(await stateOf(young.task_id, 'lead')).toBe('unknown');
 
     // A creation whose gateway died before the enqueue: marked still, so it is the enqueue sweeper's.
     const { task: stranded } = await store.createTask({ workspace_id: 'w', goal: 'g', metadata: {}, team: { lead: { instructions: 'l' }, workers: [], max_workers: 1 } });
     await store.listNew(stranded);
-    expect(await reconciler().reconcile()).toEqual({ checked: 2, redriven: { lead_job_lost: [young.task_id] }, failed: [] });
+    expect(await reconciler().reconcile()).toEqual({ checked: 2, reconciled: { lead_job_lost: [young.task_id] }, errors: [] });
     expect(await stateOf(stranded.task_id, 'lead')).toBe('unknown');
   });
 
@@ -123,10 +123,38 @@ describe('TaskReconciler', () => {
     }
     const r = reconciler({ pageSize: 2, maxPerPass: 3 });
     const passes = [await r.reconcile(), await r.reconcile(), await r.reconcile()];
-    expect(passes.map((p) => [p.checked, p.redriven.lead_job_lost?.length ?? 0])).toEqual([[3, 3], [3, 3], [2, 2]]);
-    expect(passes.flatMap((p) => p.redriven.lead_job_lost ?? []).sort()).toEqual([...lost].sort());
+    expect(passes.map((p) => [p.checked, p.reconciled.lead_job_lost?.length ?? 0])).toEqual([[3, 3], [3, 3], [2, 2]]);
+    expect(passes.flatMap((p) => p.reconciled.lead_job_lost ?? []).sort()).toEqual([...lost].sort());
     // The next pass starts again at the first workspace and finds nothing left to do.
-    expect(await r.reconcile()).toMatchObject({ checked: 3, redriven: {} });
+    expect(await r.reconcile()).toMatchObject({ checked: 3, reconciled: {} });
+  });
+
+  it('fails a task whose lead\'s job ended with the task\'s end unrecorded, once that end is overdue', async () => {
+    await fresh();
+    const task = await createTask('w');
+    // The lead runs; its job then fails for good, and the end its worker would write is lost.
+    await store.claimWorker(task.task_id, 'lead', 'lease-1', 'host');
+    const worker = new Worker(AGENT_QUEUE, async (): Promise<void> => {
+      throw new Error('job stalled more than allowable limit');
+    }, { connection: redis as never, prefix: keys.bullPrefix() });
+    try {
+      await waitUntil('the lead\'s job to fail', async () => (await stateOf(task.task_id, 'lead')) === 'failed');
+    } finally {
+      await worker.close();
+    }
+    // Its worker could still be writing the end: not within the grace.
+    expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, reconciled: {}, errors: [] });
+    expect(await reconciler().reconcile()).toEqual({ checked: 1, reconciled: { lead_job_ended: [task.task_id] }, errors: [] });
+
+    const ended = (await store.getTask(task.task_id))!;
+    expect(ended.status).toBe('failed');
+    expect(ended.failure_reason).toBe('lead_job_ended: the lead\'s job failed (job stalled more than allowable limit) but the task\'s end was never recorded (lost with a failover?)');
+    const { events } = (await store.readEvents(task.task_id, 0, 100))!;
+    assertContiguous(events.map((e) => e.seq));
+    expect(events.map((e) => `${e.event_type}:${e.worker_id ?? ''}`)).toEqual(['task_queued:', 'worker_started:lead', 'worker_failed:lead', 'worker_exited:lead', 'task_failed:']);
+    expect(events[2]!.payload).toMatchObject({ reason: 'lead_job_ended' });
+    // Ended: later passes leave it (it is out of the unfinished set).
+    expect(await reconciler().reconcile()).toEqual({ checked: 0, reconciled: {}, errors: [] });
   });
 
   it('two reconcilers at once add a lost job once', async () => {

@@ -3,9 +3,12 @@ import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 import { scrubError, type Logger } from '@cadre/observability';
 import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskStore, type TeamQueue } from '@cadre/store';
 
-/** Why a pass re-drove a task: its lead's job was gone, or the job of a worker its lead waits for. */
-export type RedriveReason = 'lead_job_lost' | 'worker_job_lost';
-export const REDRIVE_REASONS: readonly RedriveReason[] = ['lead_job_lost', 'worker_job_lost'];
+/**
+ * What a pass did to a task, and why: re-drove it (its lead's job was gone, or the job of a worker its lead waits
+ * for), or failed it (its lead's job had ended, the task's end never recorded: nothing is left to run it).
+ */
+export type ReconcileReason = 'lead_job_lost' | 'worker_job_lost' | 'lead_job_ended';
+export const RECONCILE_ACTIONS: Record<ReconcileReason, 'redriven' | 'failed'> = { lead_job_lost: 'redriven', worker_job_lost: 'redriven', lead_job_ended: 'failed' };
 
 /** Tasks read per page of a workspace's unfinished set, and at most per pass. */
 const PAGE = 100;
@@ -18,8 +21,8 @@ export interface TaskReconcilerDeps {
   graceMs: number;
   intervalMs: number;
   logger: Logger;
-  /** Hears of each task a pass re-drove. */
-  onRedriven?: (reason: RedriveReason) => void;
+  /** Hears of each task a pass re-drove or failed. */
+  onReconciled?: (reason: ReconcileReason) => void;
   /** Tasks per read (100) and at most per pass (1,000). */
   pageSize?: number;
   maxPerPass?: number;
@@ -36,11 +39,11 @@ interface Place {
 }
 const START: Place = { workspaceId: '', cursor: '0', leftover: [] };
 
-/** What a pass did: how many tasks it read, the ids of those it re-drove by reason, and of those it could not read or re-drive. */
+/** What a pass did: how many tasks it read, the ids of those it re-drove or failed by reason, and of those it could not reconcile. */
 export interface ReconcilePass {
   checked: number;
-  redriven: Partial<Record<RedriveReason, string[]>>;
-  failed: string[];
+  reconciled: Partial<Record<ReconcileReason, string[]>>;
+  errors: string[];
 }
 
 /**
@@ -89,7 +92,7 @@ export class TaskReconciler {
    */
   async reconcile(): Promise<ReconcilePass> {
     const { store } = this.deps;
-    const result: ReconcilePass = { checked: 0, redriven: {}, failed: [] };
+    const result: ReconcilePass = { checked: 0, reconciled: {}, errors: [] };
     const workspaces = await store.workspaceIds();
     // The workspace the last pass stopped in, or (gone) the next one from its start.
     let i = workspaces.findIndex((ws) => ws >= this.place.workspaceId);
@@ -109,12 +112,12 @@ export class TaskReconciler {
         for (const taskId of taskIds) {
           if (enqueueing.has(taskId)) continue;
           // One task that cannot be re-driven (its job refused) does not hold up the others; the next walk retries it.
-          const reason = await this.redrive(taskId).catch((err: unknown) => {
-            result.failed.push(taskId);
-            if (result.failed.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
+          const reason = await this.reconcileTask(taskId).catch((err: unknown) => {
+            result.errors.push(taskId);
+            if (result.errors.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
             return null;
           });
-          if (reason) (result.redriven[reason] ??= []).push(taskId);
+          if (reason) (result.reconciled[reason] ??= []).push(taskId);
         }
         result.checked += taskIds.length;
         if (result.checked >= this.maxPerPass) {
@@ -126,15 +129,16 @@ export class TaskReconciler {
     return result;
   }
 
-  /** Re-adds what the task's jobs lack; the reason, or null when it lacked nothing (or is not for this pass). */
-  private async redrive(taskId: string): Promise<RedriveReason | null> {
+  /** Re-adds what the task's jobs lack, or fails the task; the reason, or null when it lacked nothing (or is not for this pass). */
+  private async reconcileTask(taskId: string): Promise<ReconcileReason | null> {
     const { store, queue, graceMs } = this.deps;
     const task = await store.getTask(taskId);
     if (!task || TERMINAL_TASK_STATUSES.includes(task.status) || Date.now() - Date.parse(task.created_at) < graceMs) return null;
     const unfinished = unfinishedWorkerIds(task.workers);
     const jobs = await queue.jobStates(taskId, [LEAD_WORKER_ID, ...unfinished]);
-    const lead = jobs.get(LEAD_WORKER_ID)!.state;
-    let reason: RedriveReason | null = null;
+    const leadJob = jobs.get(LEAD_WORKER_ID)!;
+    const lead = leadJob.state;
+    let reason: ReconcileReason | null = null;
     if (lead === 'missing') {
       // A child whose job has ended is not waited for again (it would never end again); the lead's synthesize step
       // reads the workers' ends from the roster.
@@ -146,15 +150,23 @@ export class TaskReconciler {
         await queue.addWorkerJobs(taskId, missing);
         reason = 'worker_job_lost';
       }
+    } else if (leadJob.state === 'finished' && Date.now() - leadJob.finishedAt >= graceMs) {
+      // The lead's job ended, and longer ago than its process takes to write the end (a lead writes the task's end
+      // before its job ends; the worker that sees a job fail for good, after): that write was lost. The job cannot
+      // run again under its id, and running the lead again could redo a finished synthesis: the task fails, saying so.
+      const why = leadJob.how === 'failed' ? `failed (${(await queue.failedReasonOf(taskId, LEAD_WORKER_ID)) ?? 'no reason kept'})` : 'completed';
+      const message = `the lead's job ${why} but the task's end was never recorded (lost with a failover?)`;
+      await store.finishWorker(taskId, LEAD_WORKER_ID, '', { outcome: 'failed', reason: 'lead_job_ended', message }, { status: 'failed', reason: `lead_job_ended: ${message}` }, task.workspace_id);
+      reason = 'lead_job_ended';
     }
-    if (reason) this.deps.onRedriven?.(reason);
+    if (reason) this.deps.onReconciled?.(reason);
     return reason;
   }
 
   private async pass(): Promise<void> {
     try {
-      const { checked, redriven, failed } = await this.reconcile();
-      if (Object.keys(redriven).length > 0 || failed.length > 0) this.deps.logger.warn({ checked, redriven, failed }, 're-added the lost BullMQ jobs of unfinished tasks');
+      const { checked, reconciled, errors } = await this.reconcile();
+      if (Object.keys(reconciled).length > 0 || errors.length > 0) this.deps.logger.warn({ checked, reconciled, errors }, 'reconciled unfinished tasks whose BullMQ jobs were lost');
     } catch (err) {
       this.deps.logger.error({ err: scrubError(err) }, 'task reconcile pass failed; the next pass tries again');
     }
