@@ -13,6 +13,7 @@ export default defineConfig({
       'tests/watch-team.int.test.ts',
       'tests/vanished-logs.int.test.ts',
       'tests/cancel-and-crash.int.test.ts',
+      'tests/task-reconcile.int.test.ts',
       'tests/runs-api.int.test.ts',
       'tests/runs-control.int.test.ts',
       'tests/stop-all.int.test.ts',
