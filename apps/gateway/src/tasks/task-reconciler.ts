@@ -47,7 +47,7 @@ export interface ReconcilePass {
 }
 
 /**
- * Re-adds the BullMQ jobs an unfinished team task needs when they are gone. A task's record and log live in its
+ * Re-adds the BullMQ jobs an unfinished team task needs when they are gone (or fails the task when it cannot). A task's record and log live in its
  * slot, its jobs in BullMQ's: Redis replicates asynchronously, so a failover can lose a job's add (or a flow's) that
  * the dying master acknowledged, and nothing would ever run the task again. Every `intervalMs` each gateway goes
  * through the unfinished tasks (the workspaces' sets stop-all uses), a bounded number per pass, going on where the
@@ -58,7 +58,9 @@ export interface ReconcilePass {
  *   attempt keeps a team already planned and waits for its unfinished workers again; a named team's flow, with the
  *   unfinished workers whose jobs have not ended as the children (a job still there is linked to the lead again);
  * - the lead's job waits for its children and an unfinished worker's job is missing: that job is added again as
- *   the lead's child, so the lead still waits for it and synthesizes once.
+ *   the lead's child, so the lead still waits for it and synthesizes once;
+ * - the lead's job has ended (longer than `graceMs` ago) while the task has not: the end the lead's process wrote was
+ *   lost, and the job cannot run again under its id, so the task fails (`lead_job_ended`).
  *
  * A worker whose roster entry has ended is never given a job again (and its claim would refuse it: worker_finished).
  * Job ids derive from task and worker, so passes in several gateways at once add each job once. A healthy task is
