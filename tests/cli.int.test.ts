@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -49,6 +49,27 @@ function cadre(args: string[], extraEnv: Record<string, string> = {}, dir = cwd)
 }
 
 const newWorkspace = (): string => `ws-${randomUUID().slice(0, 8)}`;
+
+/**
+ * Runs the bin with its stdout read by a reader that goes away after the first line, as `| head -1` does; `then`
+ * runs once the reader has gone (e.g. to make a watch write again).
+ */
+function cadreIntoHead(args: string[], then: () => Promise<unknown> = async () => undefined): Promise<Result> {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  const readerGone = new Promise<void>((resolve) => {
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+      if (!stdout.includes('\n')) return;
+      child.stdout.destroy();
+      resolve();
+    });
+  });
+  const exited = new Promise<number>((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? 128 : 1))));
+  return readerGone.then(then).then(async () => ({ code: await exited, stdout: stdout.split('\n')[0]!, stderr }));
+}
 
 describe('cadre', () => {
   it('shows its commands in --help and exits 2 on a usage error', async () => {
@@ -264,6 +285,27 @@ describe('cadre', () => {
     await waitUntil('the turn to complete', async () => (await sessionEvents()).some((e) => e.event_type === 'turn_complete'));
     expect((await sessionEvents()).find((e) => e.event_type === 'approval_resolved')!.payload).toMatchObject({ status: 'approved' });
     expect((await cadre(['-w', ws, 'approvals', 'list'])).stdout).toContain(`no pending approvals in ${ws}`);
+  });
+
+  it('stops quietly with exit 0 when the reader of its output goes away (| head -1)', async () => {
+    const ws = newWorkspace();
+    // A run whose `run get` output is larger than a pipe holds, so the CLI still writes after the reader has gone.
+    const created = await runsCall(stack.url, RUNS_KEY, 'POST', '/api/runs/', { workspace_id: ws, query: 'piped', metadata: { blob: 'x'.repeat(256 * 1024) } });
+    const runId = (created.body.run ?? created.body).run_id as string;
+    const got = await cadreIntoHead(['run', 'get', runId]);
+    expect(got.stdout).toMatch(/^\S+\s+\S/);
+    expect(got.stderr).toBe('');
+    expect(got.code).toBe(0);
+    expect((await runsCall(stack.url, RUNS_KEY, 'POST', `/api/runs/${runId}/control`, { action: 'stop' })).status).toBe(200);
+  });
+
+  it('a watch whose reader goes away stops at its next event (here the cancel\'s) and exits 0 without a word', async () => {
+    const ws = newWorkspace();
+    const taskId = (await cadre(['-w', ws, 'task', 'create', '--goal', 'Slow [[scripted:delay=20000]]', '--worker', 'w'])).stdout.trim();
+    const watched = await cadreIntoHead(['task', 'watch', taskId], () => httpClient(stack.url).post(`/api/tasks/${taskId}/cancel`, { reason: 'reader gone' }));
+    expect(watched.stdout).toMatch(/^#1 \S+ task task_queued/);
+    expect(watched.stderr).toBe('');
+    expect(watched.code).toBe(0);
   });
 
   it('finds the gateway and keys under .cadre/ (as npm start writes them) and never prints a key', async () => {

@@ -5,11 +5,14 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError } from '@cadre/config';
 import { ApiError, CadreClient, MissingKeyError } from './client.ts';
 import { cliConfig } from './config.ts';
-import { EXIT } from './output.ts';
+import { EXIT, exitQuietlyWhenReaderGoes } from './output.ts';
 import { approvalCommands } from './commands/approvals.ts';
 import { runCommands } from './commands/run.ts';
 import { statusCommand } from './commands/status.ts';
 import { taskCommands } from './commands/task.ts';
+
+exitQuietlyWhenReaderGoes(process.stdout);
+exitQuietlyWhenReaderGoes(process.stderr);
 
 // A bad variable (e.g. CADRE_URL that is no URL) is a usage error: one line per problem naming it, exit 2.
 const config = (() => {

@@ -3,6 +3,18 @@ import pc from 'picocolors';
 /** How `cadre` exits: scripts can tell a failed or cancelled task from a CLI or API problem. */
 export const EXIT = { ok: 0, error: 1, usage: 2, taskFailed: 3, taskCancelled: 4 } as const;
 
+/**
+ * The reader of the CLI's output went away (`cadre task list | head -1`): end at once, quietly, with exit 0 (or
+ * the code already decided, e.g. an error's whose message could not be read), as Unix tools that lose their reader
+ * do; a watch's stream ends with the process. Other write errors stay loud.
+ */
+export function exitQuietlyWhenReaderGoes(stream: NodeJS.WriteStream): void {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+    process.exit(process.exitCode ?? EXIT.ok);
+  });
+}
+
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
 }
