@@ -151,6 +151,11 @@ describe('the board', () => {
     await page.locator('ol.log li[data-type="task_cancelled"]').waitFor();
     expect(await page.getByRole('button', { name: 'Cancel task' }).isDisabled()).toBe(true);
     expect((await api.get<{ task: { status: string } }>(`/api/tasks/${taskId}`)).body.task.status).toBe('cancelled');
+    // Its Result card: a title and the reason; a task that ended without usage leaves no stray "null" text below.
+    const outcome = page.getByRole('region', { name: 'Result (cancelled)' });
+    await outcome.waitFor();
+    expect(await outcome.evaluate((card) => [...card.childNodes].map((n) => n.nodeName))).toEqual(['H2', 'P']);
+    expect(await outcome.textContent()).not.toContain('null');
     await browser.shot('03-cancelled');
   });
 

@@ -9,12 +9,17 @@ export function h(tag, attrs = {}, ...children) {
     else if (value === true) el.setAttribute(name, '');
     else el.setAttribute(name, String(value));
   }
-  for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
+  el.append(...nodes(children));
   return el;
 }
+
+/** el.replaceChildren with h's rules: nested arrays flattened, null/undefined/false skipped (the DOM would show "null"). */
+export function fill(el, ...children) {
+  el.replaceChildren(...nodes(children));
+}
+
+const nodes = (children) =>
+  children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false).map((c) => (c instanceof Node ? c : String(c)));
 
 export function say(message) {
   const status = document.getElementById('status');

@@ -1,4 +1,4 @@
-import { h, duration, orDash, say } from '../dom.js';
+import { fill, h, duration, orDash, say } from '../dom.js';
 import { taskHeaders, tasksApi } from '../api.js';
 import { followStream } from '../event-stream.js';
 import { applyEvent, applyRoster, clip, describe, emptyTeam, isTerminal, shownStatus, tree } from '../team.js';
@@ -78,7 +78,7 @@ export function taskView(root, taskId) {
     if (!team.ended) return;
     outcome.hidden = false;
     const usage = team.usage;
-    outcome.replaceChildren(
+    fill(outcome,
       h('h2', { id: 'outcome-title' }, `Result (${team.ended})`),
       team.result ? h('pre', { class: 'result' }, team.result) : h('p', {}, orDash(team.reason)),
       usage ? h('p', {}, `Usage: ${usage.total_tokens} tokens (${usage.prompt_tokens} prompt, ${usage.completion_tokens} completion)`) : null,
