@@ -12,6 +12,7 @@ import { TestStack } from './support/stack.ts';
 // the field, and Redis exactly as it was (keys, values and TTLs).
 
 const RUNS_KEY = 'bad-input-runs-key';
+const CONTROL_KEY = 'bad-input-control-key';
 let stack: TestStack;
 let redis: Redis;
 let queue: Queue;
@@ -46,7 +47,7 @@ async function unchanged<T>(request: () => Promise<T>): Promise<T> {
 }
 
 beforeAll(async () => {
-  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_WORKER_TTL_MS: '600000' } });
+  stack = await TestStack.start({ workers: 0, env: { RUNS_API_KEY: RUNS_KEY, RUNS_CONTROL_API_KEY: CONTROL_KEY, RUNS_WORKER_TTL_MS: '600000' } });
   redis = new Redis(stack.redis.url);
   queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
   api = httpClient(stack.url);
@@ -151,7 +152,7 @@ describe('numbers Redis cannot take', () => {
     expect((await api.get(`/api/tasks/${taskId}/events?after_seq=9007199254740991`)).status).toBe(410);
   });
 
-  it('WatchTeam: after_seq above 2^53 − 1 and undecodable requests are INVALID_ARGUMENT, not INTERNAL', async () => {
+  it('WatchTeam: after_seq above 2^53 − 1, undecodable and empty requests are INVALID_ARGUMENT, not INTERNAL', async () => {
     const client = grpcClient(stack.grpcTarget);
     try {
       for (const afterSeq of [2n ** 53n, 2n ** 64n - 1n]) {
@@ -160,6 +161,11 @@ describe('numbers Redis cannot take', () => {
       }
       const garbage = await rawWatchTeam(client, Buffer.from([0x0a, 0xff, 0xff]));
       expect(garbage.status).toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/not a roz.v1.WatchTeamRequest/) });
+      // An empty request (no task_id) says what is missing, not that "" is no UUID.
+      for (const empty of [encodeWatchTeamRequest('', 0n), Buffer.alloc(0)]) {
+        const { status } = await unchanged(() => rawWatchTeam(client, empty));
+        expect(status).toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: 'task_id is required' });
+      }
       // Still authentication first: no key is UNAUTHENTICATED whatever the bytes.
       expect((await rawWatchTeam(client, encodeWatchTeamRequest(taskId, 2n ** 60n), null)).status.code).toBe(grpc.status.UNAUTHENTICATED);
       // A well-formed request still works.
@@ -169,6 +175,49 @@ describe('numbers Redis cannot take', () => {
     } finally {
       client.close();
     }
+  });
+});
+
+describe('bodies that are not JSON', () => {
+  // text/plain is what Fastify would parse as a string (then "body must be object"); the rest it has no parser for.
+  const TYPES = ['text/plain', 'text/plain; charset=utf-8', 'application/x-www-form-urlencoded', 'application/xml'];
+  const BODY = '{"workspace_id":"bad-input","goal":"g","query":"q"}';
+  const message = (type: string): string => `unsupported content-type "${type}"; send application/json`;
+
+  it('tasks, sessions and approvals: every JSON route answers 415 naming the type and asking for JSON; nothing written', async () => {
+    const session = randomUUID(); // the content type is refused before any route looks its ids up
+    const routes: [string, string][] = [
+      ['POST', '/api/tasks'], ['POST', `/api/tasks/${taskId}/cancel`],
+      ['POST', '/api/sessions'], ['POST', `/api/sessions/${session}/messages`], ['PUT', `/api/sessions/${session}/model`],
+      ['POST', `/api/sessions/${session}/steer`], ['POST', `/api/sessions/${session}/follow-ups`], ['POST', `/api/sessions/${session}/abort`],
+      ['PATCH', `/api/sessions/${session}/modes`], ['POST', `/api/sessions/${session}/tool-results`], ['POST', `/api/sessions/${session}/tools`],
+      ['POST', `/api/sessions/${session}/cancel`],
+      ['PUT', '/api/workspaces/bad-input/approval-policy'], ['POST', '/api/approvals/decisions'], ['POST', '/api/approvals/some-approval/decision'],
+    ];
+    await unchanged(async () => {
+      for (const [method, path] of routes) {
+        for (const type of TYPES) {
+          const res = await api.request(method, path, BODY, { 'content-type': type });
+          expect(res, `${method} ${path} as ${type}`).toEqual({ status: 415, body: { error: { code: 'unsupported_media_type', message: message(type) } } });
+        }
+      }
+    });
+  });
+
+  it('runs: every JSON route answers 415 in the runs API\'s shape (detail, with the same text in error); nothing written', async () => {
+    const routes = ['/api/runs/', '/api/runs', '/api/runs/workers/heartbeat', '/api/runs/stop-all', `/api/runs/${runId}/control`,
+      `/api/runs/${runId}/worker-dispatched`, `/api/runs/${runId}/approvals`, `/api/runs/${runId}/events`];
+    await unchanged(async () => {
+      for (const path of routes) {
+        for (const type of TYPES) {
+          const res = await fetch(`${stack.url}${path}`, {
+            method: 'POST', headers: { 'x-windie-runs-key': RUNS_KEY, 'x-windie-runs-control-key': CONTROL_KEY, 'content-type': type }, body: BODY,
+          });
+          const answer = { status: res.status, body: await res.json() };
+          expect(answer, `POST ${path} as ${type}`).toEqual({ status: 415, body: { detail: message(type), error: { code: 'unsupported_media_type', message: message(type) } } });
+        }
+      }
+    });
   });
 });
 

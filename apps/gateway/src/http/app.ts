@@ -88,6 +88,9 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
       void (reply as FastifyReply).status(400).send(request.url.startsWith('/api/runs') ? { detail: message, error } : { error });
     },
   });
+  // Every route reads JSON: Fastify's default text/plain parser would hand a schema a string ("body must be object");
+  // without it, text/plain is a 415 asking for JSON, as every other type is (error-handler.ts words it).
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(({ schema, httpPart }) =>
     withFiniteNumbers((httpPart === 'body' ? strictAjv : coercingAjv).compile(withSafeIntegers(schema) as object)),
   );

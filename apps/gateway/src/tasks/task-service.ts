@@ -175,6 +175,7 @@ export class TaskService {
  * `{braces}`, `urn:uuid:`. Each edge reads ids through this, so every spelling names the same task.
  */
 export function taskIdFrom(raw: string): string {
+  if (raw === '') throw new ApiError('invalid_argument', 'task_id is required');
   const taskId = canonicalUuid(raw);
   if (taskId === null) throw new ApiError('invalid_argument', `task_id must be a UUID, got "${raw.slice(0, 64)}"`);
   return taskId;
