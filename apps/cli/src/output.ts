@@ -4,14 +4,14 @@ import pc from 'picocolors';
 export const EXIT = { ok: 0, error: 1, usage: 2, taskFailed: 3, taskCancelled: 4 } as const;
 
 /**
- * The reader of the CLI's output went away (`cadre task list | head -1`): end at once, quietly, with exit 0 (or
- * the code already decided, e.g. an error's whose message could not be read), as Unix tools that lose their reader
- * do; a watch's stream ends with the process. Other write errors stay loud.
+ * The reader of the CLI's output went away (`cadre task list | head -1`): end at once, quietly, with exit 0, as
+ * Unix tools that lose their reader do; a watch's stream ends with the process. Always 0: the failed write is
+ * reported a turn later, when a watch may have already set its task's code. Other write errors stay loud.
  */
 export function exitQuietlyWhenReaderGoes(stream: NodeJS.WriteStream): void {
   stream.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code !== 'EPIPE') throw err;
-    process.exit(process.exitCode ?? EXIT.ok);
+    process.exit(EXIT.ok);
   });
 }
 
