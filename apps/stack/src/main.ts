@@ -8,12 +8,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, configOrExit, describeRedisTarget, exitForConfig } from '@cadre/config';
 import { whenParentExits } from '@cadre/lifecycle';
 import { createLogPrettifier } from '@cadre/observability';
-import { RedisServerNotFoundError, startEmbeddedRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
+import { RedisServerNotFoundError, startEmbeddedRedis, stopLeftoverRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
 import { renderBanner } from './banner.ts';
 import { ServiceProcess, killAll, stopAll } from './children.ts';
 import { CHILD_NODE_ARGS, childEnv } from './child-env.ts';
 import { REPO_ROOT, stackConfig, type StackConfig } from './config.ts';
+import { DataDirHold, type StackRecord } from './data-dir-hold.ts';
 import { loadOrCreateDevApiKey } from './dev-api-key.ts';
 import { loopbackFor, portUnavailable, waitForReady } from './readiness.ts';
 
@@ -44,9 +45,11 @@ class Stack {
   private readonly nameWidth: number;
   private readonly formatLine: ((line: string) => string) | undefined;
   private readonly config: StackConfig;
+  private readonly hold: DataDirHold;
 
-  constructor(config: StackConfig) {
+  constructor(config: StackConfig, hold: DataDirHold) {
     this.config = config;
+    this.hold = hold;
     this.nameWidth = Math.max('gateway'.length, `worker-${config.workers}`.length);
     // The children always log JSON lines; people at a terminal get them pretty and coloured (LOG_FORMAT=json keeps JSON).
     const pretty = config.logFormat === 'pretty' || (config.logFormat === 'auto' && process.stdout.isTTY === true);
@@ -119,7 +122,7 @@ class Stack {
     if (this.redis === undefined || this.children.every((c) => c.hasExited())) return;
     this.say('restarting redis-server so that the gateway and workers can drain');
     const redis = this.redis;
-    this.redisRestart = redis.restart().catch((err: unknown) => this.say(`could not restart redis-server: ${String(err)}`, process.stderr));
+    this.redisRestart = redis.restart().then(() => this.hold.recordRedis(redis)).catch((err: unknown) => this.say(`could not restart redis-server: ${String(err)}`, process.stderr));
   }
 
   /** Children first (they drain against a live Redis and model), then the model, then Redis; then exit. */
@@ -141,7 +144,7 @@ class Stack {
   }
 }
 
-async function run(stack: Stack, config: StackConfig): Promise<void> {
+async function run(stack: Stack, config: StackConfig, hold: DataDirHold): Promise<void> {
   // The children read the Redis variables themselves (passed through) when one is configured; else the private one.
   const redisUrl =
     config.redis !== undefined ? undefined : (
@@ -155,7 +158,10 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
             warn: (o) => stack.onRedisExit(o),
           },
         }),
-        (redis) => (stack.redis = redis),
+        (redis) => {
+          stack.redis = redis;
+          hold.recordRedis(redis);
+        },
       )
     ).url;
   const redisShown = config.redis !== undefined ? describeRedisTarget(config.redis) : redisUrl!;
@@ -225,7 +231,7 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
 
   // Where the `cadre` CLI finds this stack (with the dev keys beside it) when CADRE_URL is not set.
   mkdirSync(config.dataDir, { recursive: true });
-  writeFileSync(join(config.dataDir, 'gateway-url'), `http://${loopbackFor(config.host)}:${config.port}\n`, { mode: 0o600 });
+  writeFileSync(join(config.dataDir, 'gateway-url'), `${hold.gatewayUrl}\n`, { mode: 0o600 });
   process.stdout.write(
     renderBanner({
       port: config.port,
@@ -246,6 +252,20 @@ async function run(stack: Stack, config: StackConfig): Promise<void> {
   );
 }
 
+/** A stack killed with -9 leaves its private redis-server running on the data dir: stop it before starting ours. */
+async function stopLeftRedis(stack: Stack, left: StackRecord | undefined, dataDir: string): Promise<void> {
+  if (left?.redis === undefined) return;
+  const { pid, port } = left.redis;
+  try {
+    if ((await stopLeftoverRedis({ pid, port, dataDir })) === 'stopped') {
+      stack.say(`stopped the redis-server (pid ${pid}, port ${port}) left running on ${dataDir} by a stack that did not stop (pid ${left.pid})`);
+    }
+  } catch (err) {
+    stack.say(`${err instanceof Error ? err.message : String(err)}; not starting another on it`, process.stderr);
+    process.exit(1);
+  }
+}
+
 // Bad configuration ends `npm start` before anything starts, with one line per problem naming the variable.
 const config: StackConfig = configOrExit('npm start', () => {
   const parsed = stackConfig(process.env);
@@ -254,11 +274,25 @@ const config: StackConfig = configOrExit('npm start', () => {
   }
   return parsed;
 });
+const gatewayUrl = `http://${loopbackFor(config.host)}:${config.port}`;
+// Before the port: a second start from the same checkout learns that its stack runs (not to pick another PORT).
+const taken = DataDirHold.take(config.dataDir, gatewayUrl);
+if ('heldBy' in taken) {
+  const { pid, gateway_url: url } = taken.heldBy;
+  exitForConfig('npm start', [
+    `CADRE_DATA_DIR: ${config.dataDir} is in use by the stack running as pid ${pid} (gateway ${url}); ` +
+      `stop it (Ctrl-C where it runs, or kill ${pid}) or give this one another CADRE_DATA_DIR`,
+  ]);
+}
+const hold = taken.held;
+process.on('exit', () => hold.release());
+const stack = new Stack(config, hold);
+await stopLeftRedis(stack, taken.left, join(config.dataDir, 'redis'));
+
 // A port in use would otherwise show up only as the gateway's exit after Redis, the model and workers started.
 const portProblem = await portUnavailable(config.port, config.host);
 if (portProblem) exitForConfig('npm start', [portProblem]);
 
-const stack = new Stack(config);
 process.on('SIGINT', () => stack.onSignal('SIGINT'));
 process.on('SIGTERM', () => stack.onSignal('SIGTERM'));
 // A closed terminal or a dropped ssh session: stop everything rather than leave the children behind.
@@ -275,7 +309,7 @@ whenParentExits((parent) => {
   void stack.stop(0);
 });
 try {
-  await run(stack, config);
+  await run(stack, config, hold);
 } catch (err) {
   if (err instanceof RedisServerNotFoundError) stack.say(err.message, process.stderr);
   else stack.say(`failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`, process.stderr);

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { findFreePort, startEmbeddedRedis } from './index.ts';
+import { findFreePort, startEmbeddedRedis, stopLeftoverRedis } from './index.ts';
 import type { EmbeddedRedis } from './index.ts';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -124,5 +124,36 @@ describe('startEmbeddedRedis', () => {
     for (let i = 0; i < 250 && (isAlive(pid) || existsSync(dataDir)); i++) await new Promise((r) => setTimeout(r, 20));
     expect(isAlive(pid)).toBe(false);
     expect(existsSync(dataDir)).toBe(false);
+  });
+});
+
+describe('stopLeftoverRedis', () => {
+  async function persisted(): Promise<EmbeddedRedis> {
+    const dataDir = mkdtempSync(join(tmpdir(), 'cadre-redis-test-'));
+    cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+    return started({ dataDir, persist: true });
+  }
+
+  it('stops the server on the data dir, which keeps what it had', async () => {
+    const redis = await persisted();
+    const { pid, port, dataDir } = redis;
+    const before = client(redis.url);
+    await before.set('task:1', 'queued');
+    before.disconnect();
+
+    expect(await stopLeftoverRedis({ pid, port, dataDir })).toBe('stopped');
+    expect(isAlive(pid)).toBe(false);
+    await redis.restart();
+    expect(await client(redis.url).get('task:1')).toBe('queued');
+  });
+
+  it('leaves a server on another dir, and a process that is not the server (a reused pid), running', async () => {
+    const redis = await persisted();
+    const other = await persisted();
+    expect(await stopLeftoverRedis({ pid: redis.pid, port: redis.port, dataDir: other.dataDir })).toBe('not-running');
+    expect(await stopLeftoverRedis({ pid: process.pid, port: redis.port, dataDir: redis.dataDir })).toBe('not-running');
+    expect(await stopLeftoverRedis({ pid: other.pid, port: redis.port, dataDir: other.dataDir })).toBe('not-running');
+    expect(isAlive(redis.pid) && isAlive(other.pid)).toBe(true);
+    expect(await client(redis.url).ping()).toBe('PONG');
   });
 });

@@ -2,10 +2,11 @@
 // No config file: everything is passed as arguments, and the server listens on 127.0.0.1 only.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isProcessRunning } from '@cadre/lifecycle';
 
 export interface EmbeddedRedisLogger {
   info(o: object, m: string): void;
@@ -139,38 +140,115 @@ function launch(binary: string, args: string[]): Promise<Running> {
   });
 }
 
-/**
- * PING plus INFO over a raw socket: true when the server is done loading (+PONG, not -LOADING) and it is our child,
- * not some other server that already held the port (INFO's process_id must match).
- */
-function answersAs(port: number, pid: number, timeoutMs: number): Promise<boolean> {
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+type Reply = string | Error | null | Reply[];
+
+/** One RESP reply parsed from `text` at `at`, with where the next one starts; undefined while it is incomplete. */
+function parseReply(text: string, at: number): [Reply, number] | undefined {
+  const lineEnd = text.indexOf('\r\n', at);
+  if (lineEnd < 0) return undefined;
+  const line = text.slice(at + 1, lineEnd);
+  const next = lineEnd + 2;
+  switch (text[at]) {
+    case '+':
+    case ':':
+      return [line, next];
+    case '-':
+      return [new Error(line), next];
+    case '$': {
+      const length = Number(line);
+      if (length < 0) return [null, next];
+      return text.length < next + length + 2 ? undefined : [text.slice(next, next + length), next + length + 2];
+    }
+    case '*': {
+      const items: Reply[] = [];
+      let position = next;
+      for (let i = 0; i < Number(line); i++) {
+        const item = parseReply(text, position);
+        if (item === undefined) return undefined;
+        items.push(item[0]);
+        position = item[1];
+      }
+      return [items, position];
+    }
+    default:
+      return [new Error(`unexpected reply ${JSON.stringify(text.slice(at, at + 20))}`), text.length];
+  }
+}
+
+/** Sends `commands` over a raw socket to 127.0.0.1:port; their replies, or undefined if the connection fails first. */
+function exchange(port: number, commands: readonly (readonly string[])[], timeoutMs: number): Promise<Reply[] | undefined> {
   return new Promise((resolve) => {
     const socket = createConnection({ host: HOST, port });
-    let reply = '';
-    const finish = (ok: boolean): void => {
+    let text = '';
+    const finish = (replies: Reply[] | undefined): void => {
       socket.destroy();
-      resolve(ok);
+      resolve(replies);
     };
-    socket.setTimeout(timeoutMs, () => finish(false));
-    socket.once('error', () => finish(false));
-    socket.once('close', () => finish(false));
-    socket.once('connect', () => socket.write('*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n'));
+    socket.setTimeout(timeoutMs, () => finish(undefined));
+    socket.once('error', () => finish(undefined));
+    socket.once('close', () => finish(undefined));
+    socket.once('connect', () =>
+      socket.write(commands.map((args) => `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`).join('')),
+    );
     socket.on('data', (chunk: Buffer) => {
-      reply += chunk.toString('latin1');
-      const firstEnd = reply.indexOf('\r\n');
-      if (firstEnd < 0) return;
-      if (!reply.startsWith('+PONG')) return finish(false);
-      const header = /^\$(\d+)\r\n/.exec(reply.slice(firstEnd + 2));
-      if (header === null) return;
-      const bodyStart = firstEnd + 2 + header[0].length;
-      const body = reply.slice(bodyStart, bodyStart + Number(header[1]));
-      if (body.length < Number(header[1])) return;
-      finish(new RegExp(`^process_id:${pid}\r?$`, 'm').test(body));
+      text += chunk.toString('latin1');
+      const replies: Reply[] = [];
+      for (let at = 0; replies.length < commands.length; ) {
+        const reply = parseReply(text, at);
+        if (reply === undefined) return;
+        replies.push(reply[0]);
+        at = reply[1];
+      }
+      finish(replies);
     });
   });
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const processIdIn = (info: Reply | undefined): number | undefined =>
+  typeof info === 'string' ? Number(/^process_id:(\d+)\r?$/m.exec(info)?.[1] ?? Number.NaN) : undefined;
+
+/**
+ * PING plus INFO: true when the server is done loading (+PONG, not -LOADING) and it is our child, not some other
+ * server that already held the port (INFO's process_id must match).
+ */
+async function answersAs(port: number, pid: number, timeoutMs: number): Promise<boolean> {
+  const replies = await exchange(port, [['PING'], ['INFO', 'server']], timeoutMs);
+  return replies?.[0] === 'PONG' && processIdIn(replies[1]) === pid;
+}
+
+/**
+ * Stops a redis-server that an earlier process started on `dataDir` and left running (it was killed with -9), so
+ * that two servers never write one data dir. Only a server that answers on `port` as process `pid` with `dataDir`
+ * as its dir is stopped (never a process that reused the pid): SHUTDOWN, so it persists what it has (SIGKILL if it
+ * is still there after 5 s). 'stopped', or 'not-running' when no such server is there; throws if it will not stop.
+ */
+export async function stopLeftoverRedis(leftover: { pid: number; port: number; dataDir: string }): Promise<'stopped' | 'not-running'> {
+  if (!isProcessRunning(leftover.pid)) return 'not-running';
+  const replies = await exchange(leftover.port, [['INFO', 'server'], ['CONFIG', 'GET', 'dir']], 2_000);
+  const dir = replies?.[1];
+  const sameDir = (a: string, b: string): boolean => {
+    try {
+      return realpathSync(a) === realpathSync(b);
+    } catch {
+      return false;
+    }
+  };
+  if (replies === undefined || processIdIn(replies[0]) !== leftover.pid) return 'not-running';
+  if (!Array.isArray(dir) || typeof dir[1] !== 'string' || !sameDir(dir[1], leftover.dataDir)) return 'not-running';
+  // SHUTDOWN closes the connection without a reply when it works.
+  await exchange(leftover.port, [['SHUTDOWN']], STOP_GRACE_MS);
+  const gone = async (withinMs: number): Promise<boolean> => {
+    const deadline = Date.now() + withinMs;
+    while (isProcessRunning(leftover.pid) && Date.now() < deadline) await sleep(20);
+    return !isProcessRunning(leftover.pid);
+  };
+  if (await gone(STOP_GRACE_MS)) return 'stopped';
+  process.kill(leftover.pid, 'SIGKILL');
+  if (await gone(STOP_GRACE_MS)) return 'stopped';
+  throw new Error(`the redis-server (pid ${leftover.pid}) left running on ${leftover.dataDir} did not stop, even on SIGKILL`);
+}
 
 async function waitForPong(run: Running, port: number, timeoutMs: number): Promise<'ready' | 'exited' | 'timeout'> {
   const deadline = Date.now() + timeoutMs;

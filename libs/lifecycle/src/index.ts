@@ -1,9 +1,10 @@
 // How every Cadre process stops: once, on the first of SIGTERM, SIGINT or SIGHUP, or when the process that
 // started it goes away (`npm start` sets that up for its children, so a stack killed with -9 leaves nothing behind),
 // the one bounded wait for a promise that may never settle (a close, a probe, a command to a Redis that is down),
-// and the chained timer the sweepers repeat their passes on.
+// the chained timer the sweepers repeat their passes on, and whether a process (one left by a killed stack) runs.
 
 export { awaitWithin } from './await-within.ts';
+export { isProcessRunning } from './process-running.ts';
 export { repeatPass, type RepeatedPass } from './repeat-pass.ts';
 
 export interface ShutdownOptions {
