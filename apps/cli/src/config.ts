@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { readConfig, str, url as urlField, type Env } from '@cadre/config';
+import { HTTP_URL, readConfig, str, url as urlField, type Env } from '@cadre/config';
 
 export interface CliConfig {
   url: string;
@@ -20,7 +20,7 @@ const DEFAULT_URL = 'http://127.0.0.1:8080';
  */
 export function cliConfig(env: Env, cwd: string): CliConfig {
   const c = readConfig(env, {
-    url: urlField('CADRE_URL'),
+    url: urlField('CADRE_URL', HTTP_URL),
     apiKey: str('CADRE_API_KEY'),
     runsKey: str(['CADRE_RUNS_KEY', 'RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
     controlKey: str(['CADRE_RUNS_CONTROL_KEY', 'RUNS_CONTROL_API_KEY', 'WINDIE_RUNS_CONTROL_API_KEY']),

@@ -1,4 +1,4 @@
-import { bool, eventRetentionSec, int, logLevel, positiveIntOr, readConfig, redisTarget, str, workspaceKeys, type Env } from '@cadre/config';
+import { bool, eventRetentionSec, int, logLevel, openaiBaseUrl, positiveIntOr, readConfig, redisTarget, str, workspaceKeys, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the gateway; parsed once at start-up. */
 export function gatewayConfig(env: Env) {
@@ -51,7 +51,7 @@ export function gatewayConfig(env: Env) {
     sessionIdleTtlSec: int('CADRE_SESSION_IDLE_TTL_SEC', 7 * 24 * 3600, { min: 60 }),
     runsHeartbeatIntervalMs: int('RUNS_HEARTBEAT_INTERVAL_MS', 5_000, { min: 50 }),
     /** The model server the workers use: kontekst GetStatus reports it and its health. */
-    openaiBaseUrl: str('OPENAI_BASE_URL'),
+    openaiBaseUrl: openaiBaseUrl(),
     /** Shown by kontekst GetStatus (npm start sets it to the stack's data dir). */
     dataDir: str('CADRE_DATA_DIR', ''),
     /** How long a kontekst Run's proposed tool call waits for ApproveTool/DenyTool before it is denied. */

@@ -2,7 +2,7 @@ import { tracing } from './tracing.ts';
 import { configOrExit, exitForConfig, listenProblem, REDIS_REQUIRED } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
-import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
+import { checkRedisAccess, RedisAccessError } from '@cadre/store';
 import { gatewayConfig } from './config.ts';
 import { startGateway } from './gateway.ts';
 
@@ -13,10 +13,10 @@ if (!config.redis) exitForConfig('gateway', [`REDIS_URL: required: ${REDIS_REQUI
 const redis = config.redis;
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password, or whose ACL refuses the store its functions, is a configuration problem: one
-// line naming the variable (never the password).
-await checkRedisCredentials(redis).catch((err: unknown) => {
-  if (err instanceof RedisAuthError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
+// A Redis that refuses the password or the database, or whose ACL refuses the store its functions, is a configuration
+// problem: one line naming the variable (never the password).
+await checkRedisAccess(redis).catch((err: unknown) => {
+  if (err instanceof RedisAccessError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
   throw err;
 });
 // kontekst's DaemonService Shutdown drains the process as SIGTERM does (onShutdown below), then it exits.

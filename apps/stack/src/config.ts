@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { int, logLevel, oneOf, readConfig, redisTarget, str, url, type Env } from '@cadre/config';
+import { int, logLevel, oneOf, openaiBaseUrl, readConfig, redisTarget, str, type Env } from '@cadre/config';
 
 /** The repository root: children run with it as cwd, and the default data dir lives in it. */
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -17,7 +17,7 @@ export function stackConfig(env: Env) {
     host: str('HOST', '127.0.0.1'),
     /** Unset: a private redis-server. Set (REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS): the children use it. */
     redis: redisTarget(),
-    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
+    openaiBaseUrl: openaiBaseUrl(),
     openaiApiKey: str('OPENAI_API_KEY'),
     apiKey: str('CADRE_API_KEY'),
     workers: int('WORKERS', 1, { min: 1, max: 64 }),

@@ -1,11 +1,11 @@
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
-import { bool, int, logLevel, readConfig, str, url, type Env } from '@cadre/config';
+import { bool, HTTP_URL, int, logLevel, openaiBaseUrl, readConfig, str, url, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the vm-agent; parsed once at start-up and passed in. */
 export function vmAgentConfig(env: Env) {
   const config = readConfig(env, {
-    gatewayUrl: url('CADRE_GATEWAY_URL'),
+    gatewayUrl: url('CADRE_GATEWAY_URL', HTTP_URL),
     runsApiKey: str(['RUNS_API_KEY', 'WINDIE_RUNS_API_KEY']),
     workspaceId: str('VM_AGENT_WORKSPACE_ID', 'default'),
     workerId: str('VM_AGENT_WORKER_ID', hostname()),
@@ -13,7 +13,7 @@ export function vmAgentConfig(env: Env) {
     userId: str('VM_AGENT_USER_ID'),
     /** Unset: a directory of this process's own under the system temp dir (see main.ts). */
     workdir: str('VM_AGENT_WORKDIR'),
-    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
+    openaiBaseUrl: openaiBaseUrl(),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),
     maxTurns: int('CADRE_MAX_TURNS', 8, { min: 1, max: 100 }),

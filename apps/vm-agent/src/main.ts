@@ -1,6 +1,6 @@
 import { tracing } from './tracing.ts';
 import { randomUUID } from 'node:crypto';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { access, constants, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createModelClient } from '@cadre/agent';
@@ -28,7 +28,13 @@ const logger = createLogger({ name: 'vm-agent', level: config.logLevel }).child(
 // agent on the machine; it is scratch space, removed when the agent stops.
 const ownWorkdir = config.workdir === undefined;
 const workdir = config.workdir ?? (await mkdtemp(join(tmpdir(), `cadre-vm-agent-${config.workerId.replace(/[^A-Za-z0-9._-]/g, '_')}-`)));
-await mkdir(workdir, { recursive: true });
+// A workdir it cannot create or write (a file on the path, no permission) is a configuration problem: one line.
+await mkdir(workdir, { recursive: true })
+  .then(() => access(workdir, constants.W_OK | constants.X_OK))
+  .catch((err: NodeJS.ErrnoException) => {
+    if (ownWorkdir) throw err;
+    exitForConfig('vm-agent', [`VM_AGENT_WORKDIR: cannot use "${workdir}" as the runs' directory (${err.code ?? err.message}); it must be a directory the vm-agent can create or write`]);
+  });
 
 const metrics = vmAgentMetrics({ busy: () => executor.busy });
 const client = new GatewayClient({ baseUrl: config.gatewayUrl, runsKey: config.runsApiKey!, onCall: metrics.onCall });

@@ -1,11 +1,11 @@
 import { hostname } from 'node:os';
-import { bool, eventRetentionSec, int, logLevel, readConfig, redisTarget, str, url, type Env } from '@cadre/config';
+import { bool, eventRetentionSec, int, logLevel, openaiBaseUrl, readConfig, redisTarget, str, type Env } from '@cadre/config';
 
 /** The only reader of the environment for the worker pool; parsed once at start-up. */
 export function workerConfig(env: Env) {
   return readConfig(env, {
     redis: redisTarget(),
-    openaiBaseUrl: url('OPENAI_BASE_URL', { noCredentials: 'put the key in OPENAI_API_KEY' }),
+    openaiBaseUrl: openaiBaseUrl(),
     openaiApiKey: str('OPENAI_API_KEY'),
     model: str('CADRE_MODEL', 'cadre-scripted'),
     concurrency: int('WORKER_CONCURRENCY', 8, { min: 1, max: 1000 }),

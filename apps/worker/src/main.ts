@@ -2,7 +2,7 @@ import { tracing } from './tracing.ts';
 import { configOrExit, exitForConfig, listenProblem, REDIS_REQUIRED } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
-import { checkRedisCredentials, RedisAuthError } from '@cadre/store';
+import { checkRedisAccess, RedisAccessError } from '@cadre/store';
 import { workerConfig } from './config.ts';
 import { startWorkerPool } from './worker-pool.ts';
 
@@ -18,10 +18,10 @@ const missing = Object.entries(required).filter(([, [value]]) => !value);
 if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) => `${name}: required: ${what} (npm start sets it up for you)`));
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 exitOnCrash(logger);
-// A Redis that refuses the password, or whose ACL refuses the store its functions, is a configuration problem: one
-// line naming the variable (never the password).
-await checkRedisCredentials(config.redis!).catch((err: unknown) => {
-  if (err instanceof RedisAuthError) exitForConfig('worker', [`${err.variable}: ${err.message}`]);
+// A Redis that refuses the password or the database, or whose ACL refuses the store its functions, is a configuration
+// problem: one line naming the variable (never the password).
+await checkRedisAccess(config.redis!).catch((err: unknown) => {
+  if (err instanceof RedisAccessError) exitForConfig('worker', [`${err.variable}: ${err.message}`]);
   throw err;
 });
 const pool = await startWorkerPool(

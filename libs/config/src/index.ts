@@ -31,7 +31,9 @@ export function readConfig<S extends Record<string, Field<unknown>>>(
     try {
       out[key] = field.parse(raw, name, env);
     } catch (err) {
-      problems.push(`${name}: ${(err as Error).message}`);
+      // A field that reads other variables too (redisTarget) reports their problems under their own names.
+      if (err instanceof ConfigError) problems.push(...err.problems);
+      else problems.push(`${name}: ${(err as Error).message}`);
     }
   }
   if (problems.length > 0) throw new ConfigError(problems);
@@ -47,13 +49,19 @@ export function str(names: Names, fallback?: string): Field<string | undefined> 
   return { names: namesOf(names), parse: (raw) => raw ?? fallback };
 }
 
+/** `raw` as an integer if it is written in decimal digits (an optional minus): never `0x10`, `1e9`, `1.0` or ` 8`. */
+function decimalInteger(raw: string): number | undefined {
+  const value = Number(raw);
+  return /^-?\d+$/.test(raw) && Number.isSafeInteger(value) ? value : undefined;
+}
+
 export function int(names: Names, fallback: number, opts: { min?: number; max?: number } = {}): Field<number> {
   return {
     names: namesOf(names),
     parse(raw) {
       if (raw === undefined) return fallback;
-      const value = Number(raw);
-      if (!Number.isInteger(value)) throw new Error(`expected an integer, got "${raw}"`);
+      const value = decimalInteger(raw);
+      if (value === undefined) throw new Error(`expected an integer in decimal digits, got "${raw}"`);
       if (opts.min !== undefined && value < opts.min) throw new Error(`must be >= ${opts.min}, got ${value}`);
       if (opts.max !== undefined && value > opts.max) throw new Error(`must be <= ${opts.max}, got ${value}`);
       return value;
@@ -81,11 +89,23 @@ export function bool(names: Names, fallback: boolean): Field<boolean> {
   };
 }
 
+/** What a URL variable accepts: its schemes (`http:`), and a valid value to show when it is refused. */
+export interface UrlKind {
+  schemes: readonly string[];
+  example: string;
+}
+
+export const HTTP_URL = { schemes: ['http:', 'https:'], example: 'http://127.0.0.1:8080' } as const satisfies UrlKind;
+/** ioredis's: `rediss:` is TLS, `unix:` a socket path (`unix:///path/to/redis.sock`). */
+const REDIS_URL_KIND = { schemes: ['redis:', 'rediss:', 'unix:'], example: 'redis://127.0.0.1:6379' } as const satisfies UrlKind;
+
 /**
- * A URL. With `noCredentials`, one carrying `user:pass@` is refused (its value is never repeated): a client that
- * would send them nowhere (the `openai` package ignores them) must not start and fail every call later.
+ * A URL of one of `kind`'s schemes: anything else (`gateway:8080`, which `new URL` reads as scheme `gateway:`) is
+ * refused with an example, rather than accepted and failed on every call. With `noCredentials`, one carrying
+ * `user:pass@` is refused (its value is never repeated): a client that would send them nowhere (the `openai` package
+ * ignores them) must not start and fail every call later.
  */
-export function url(names: Names, opts: { noCredentials?: string } = {}): Field<string | undefined> {
+export function url(names: Names, kind: UrlKind, opts: { noCredentials?: string } = {}): Field<string | undefined> {
   return {
     names: namesOf(names),
     parse(raw) {
@@ -95,7 +115,13 @@ export function url(names: Names, opts: { noCredentials?: string } = {}): Field<
         parsed = new URL(raw);
       } catch {
         // Not a URL, so its password cannot be cut out reliably: name nothing but its length.
-        throw new Error(`expected a URL (scheme://host:port), got ${raw.length} characters that do not parse as one`);
+        throw new Error(`expected a URL (scheme://host:port) such as ${kind.example}, got ${raw.length} characters that do not parse as one`);
+      }
+      // What precedes the first colon is never a password (user:pass@host puts the user there), so it may be shown.
+      if (!kind.schemes.includes(parsed.protocol)) {
+        const schemes = kind.schemes.map((s) => `${s}//`);
+        const accepted = `${schemes.slice(0, -1).join(', ')}${schemes.length > 1 ? ' or ' : ''}${schemes.at(-1)!}`;
+        throw new Error(`expected a URL starting ${accepted} (e.g. ${kind.example}), got one starting "${parsed.protocol.slice(0, 40)}"`);
       }
       if (opts.noCredentials !== undefined && (parsed.username !== '' || parsed.password !== '')) {
         throw new Error(`must not carry a user name or password (user:pass@ in ${redactUrl(raw)}); ${opts.noCredentials}`);
@@ -103,6 +129,11 @@ export function url(names: Names, opts: { noCredentials?: string } = {}): Field<
       return raw;
     },
   };
+}
+
+/** OPENAI_BASE_URL, read alike by every app that calls the model (and refused with credentials the client ignores). */
+export function openaiBaseUrl(): Field<string | undefined> {
+  return url('OPENAI_BASE_URL', { schemes: HTTP_URL.schemes, example: 'http://127.0.0.1:8081/v1' }, { noCredentials: 'put the key in OPENAI_API_KEY' });
 }
 
 export function oneOf<const T extends string>(names: Names, values: readonly T[], fallback: T): Field<T> {
@@ -141,8 +172,8 @@ export function positiveIntOr(names: Names, fallback: number): Field<number> {
   return {
     names: namesOf(names),
     parse(raw) {
-      const value = Number(raw);
-      return raw !== undefined && Number.isInteger(value) && value > 0 ? value : fallback;
+      const value = raw === undefined ? undefined : decimalInteger(raw);
+      return value !== undefined && value > 0 ? value : fallback;
     },
   };
 }
@@ -181,6 +212,22 @@ function hostPortList(raw: string): HostPort[] {
   return out;
 }
 
+/** What a database number may be: the server's `databases` setting bounds it (16 by default), and start-up asks it. */
+const REDIS_DB_RANGE = 'a database number: 0 or more, below the server\'s "databases" setting (16 by default: 0 to 15)';
+
+/**
+ * A REDIS_URL whose database, if it names one (the path of redis:// and rediss://, `?db=` of any), is a number:
+ * ioredis would send `SELECT abc` and crash on the reply. Whether the server has that many is asked at start-up.
+ */
+function redisUrl(raw: string): string {
+  const parsed = new URL(raw);
+  const path = parsed.protocol === 'unix:' ? '' : parsed.pathname.replace(/^\/$/, '');
+  if (path !== '' && !/^\/\d+$/.test(path)) throw new Error(`the path after host:port must be ${REDIS_DB_RANGE}, e.g. redis://127.0.0.1:6379/0; got "${path.slice(0, 40)}"`);
+  const db = parsed.searchParams.get('db');
+  if (db !== null && !/^\d+$/.test(db)) throw new Error(`?db= must be ${REDIS_DB_RANGE}; got "${db.slice(0, 40)}"`);
+  return raw;
+}
+
 /**
  * The Redis to use, from exactly one of: REDIS_URL (one node, credentials in the URL), REDIS_CLUSTER_NODES (seed
  * nodes of a Redis Cluster), REDIS_SENTINELS with REDIS_SENTINEL_NAME (the master a Sentinel group names). Cluster
@@ -194,16 +241,19 @@ export function redisTarget(): Field<RedisTarget | undefined> {
       const set = REDIS_MODES.filter((n) => env[n] !== undefined && env[n] !== '');
       if (set.length > 1) throw new Error(`set only one of REDIS_URL (one node), REDIS_CLUSTER_NODES (a cluster) or REDIS_SENTINELS (Sentinel); found ${set.join(' and ')}`);
       if (raw === undefined) return undefined;
-      if (name === 'REDIS_URL') return { mode: 'single', url: url('REDIS_URL').parse(raw, name, env)! };
+      if (name === 'REDIS_URL') return { mode: 'single', url: redisUrl(url('REDIS_URL', REDIS_URL_KIND).parse(raw, name, env)!) };
       const credentials = {
         ...(env[REDIS_SETTINGS.username] ? { username: env[REDIS_SETTINGS.username] } : {}),
         ...(env[REDIS_SETTINGS.password] ? { password: env[REDIS_SETTINGS.password] } : {}),
       };
-      const tls = bool(REDIS_SETTINGS.tls, false).parse(env[REDIS_SETTINGS.tls] || undefined, REDIS_SETTINGS.tls, env);
+      // Read as fields of their own, so that a bad value is reported under its own name (a ConfigError).
+      const { tls, db } = readConfig(env, {
+        tls: bool(REDIS_SETTINGS.tls, false),
+        db: int(REDIS_SETTINGS.db, 0, { min: 0 }),
+      });
       if (name === 'REDIS_CLUSTER_NODES') return { mode: 'cluster', nodes: hostPortList(raw), ...credentials, tls };
       const masterName = env[REDIS_SETTINGS.sentinelName];
       if (!masterName) throw new Error('REDIS_SENTINEL_NAME is required with REDIS_SENTINELS: the name of the master the sentinels watch (e.g. mymaster)');
-      const db = int(REDIS_SETTINGS.db, 0, { min: 0, max: 15 }).parse(env[REDIS_SETTINGS.db] || undefined, REDIS_SETTINGS.db, env);
       const sentinelPassword = env[REDIS_SETTINGS.sentinelPassword];
       return { mode: 'sentinel', sentinels: hostPortList(raw), name: masterName, ...credentials, tls, db, ...(sentinelPassword ? { sentinelPassword } : {}) };
     },

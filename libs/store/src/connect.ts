@@ -182,26 +182,36 @@ async function answeredBy<T>(pending: Promise<T>, giveUpAt: number, signal?: Abo
   return answer.value;
 }
 
-/** Redis refused our credentials, or what Cadre needs them to permit: retrying cannot help, so a process should stop with this message. */
-export class RedisAuthError extends Error {
+/**
+ * Redis refused our credentials, what Cadre needs them to permit, or the database the configuration names: retrying
+ * cannot help, so a process should stop with this message.
+ */
+export class RedisAccessError extends Error {
   /** The variable an operator fixes. */
   readonly variable: string;
   constructor(message: string, variable: string) {
     super(message);
-    this.name = 'RedisAuthError';
+    this.name = 'RedisAccessError';
     this.variable = variable;
   }
 }
 
+const DB_OUT_OF_RANGE = /^ERR DB index is out of range/;
 const AUTH_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)|invalid password|AUTH.*(failed|without any password)/i;
 
+/** The variable that names the database (ioredis SELECTs it on connecting; a Cluster has only database 0). */
+function databaseVariable(target: RedisTarget): string {
+  return target.mode === 'single' ? 'REDIS_URL' : 'REDIS_DB';
+}
+
 /**
- * Waits until Redis accepts a connection with its credentials, then checks what they permit. A refused password
- * rejects at once with a RedisAuthError (its first word only: ioredis's error carries the AUTH arguments); an
- * unreachable Redis is waited for, as a service started before its Redis should. A Cluster is probed through its
- * first seed node.
+ * Waits until Redis accepts a connection with its credentials and database, then checks what they permit. A refused
+ * password rejects at once with a RedisAccessError (its first word only: ioredis's error carries the AUTH
+ * arguments), as does a database beyond the server's `databases` (ioredis would only log its SELECT's failure and
+ * use database 0 until each command failed); an unreachable Redis is waited for, as a service started before its
+ * Redis should. A Cluster is probed through its first seed node.
  */
-export async function checkRedisCredentials(target: RedisTarget | string): Promise<void> {
+export async function checkRedisAccess(target: RedisTarget | string): Promise<void> {
   const resolved: RedisTarget = typeof target === 'string' ? { mode: 'single', url: target } : target;
   const probe = resolved.mode === 'cluster'
     ? new Redis({ ...resolved.nodes[0]!, maxRetriesPerRequest: null, lazyConnect: true, connectionName: 'cadre-preflight', ...credentials(resolved), ...(resolved.tls ? { tls: {} } : {}) })
@@ -210,7 +220,8 @@ export async function checkRedisCredentials(target: RedisTarget | string): Promi
     await new Promise<void>((resolve, reject) => {
       probe.on('error', (err: Error) => {
         const variable = credentialsVariable(resolved);
-        if (AUTH_REFUSED.test(err.message)) reject(new RedisAuthError(`Redis refused the credentials in ${variable} (${err.message.split(/\s/)[0]!}); check the password (it is not shown here)`, variable));
+        if (AUTH_REFUSED.test(err.message)) reject(new RedisAccessError(`Redis refused the credentials in ${variable} (${err.message.split(/\s/)[0]!}); check the password (it is not shown here)`, variable));
+        if (DB_OUT_OF_RANGE.test(err.message)) reject(new RedisAccessError(`Redis has no database ${(probe as Redis).options.db} (ERR DB index is out of range): use one below the server's "databases" setting (16 by default: 0 to 15)`, databaseVariable(resolved)));
       });
       probe.once('ready', () => resolve());
       probe.connect().catch(() => undefined);
@@ -242,7 +253,7 @@ async function checkFunctionAccess(target: RedisTarget, probe: RedisClient): Pro
     if (!(err instanceof Error && /^NOPERM/.test(err.message))) return;
     const refused = /'([^']+)'/.exec(err.message)?.[1] ?? 'a command';
     const variable = target.mode === 'single' ? 'REDIS_URL' : 'REDIS_USERNAME';
-    throw new RedisAuthError(`the Redis user may not run '${refused}' (NOPERM): Cadre's store is a Redis Functions library, so the user needs +fcall +function|load (ACL SETUSER <user> +fcall +function|load)`, variable);
+    throw new RedisAccessError(`the Redis user may not run '${refused}' (NOPERM): Cadre's store is a Redis Functions library, so the user needs +fcall +function|load (ACL SETUSER <user> +fcall +function|load)`, variable);
   } finally {
     if (client !== probe) client.disconnect();
   }
