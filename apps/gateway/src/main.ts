@@ -14,8 +14,8 @@ const redis = config.redis;
 const logger = createLogger({ name: 'gateway', level: config.logLevel });
 exitOnCrash(logger);
 // A Redis that refuses the password or the database, or whose ACL refuses the store its functions, is a configuration
-// problem: one line naming the variable (never the password).
-await checkRedisAccess(redis).catch((err: unknown) => {
+// problem: one line naming the variable (never the password). One it cannot reach is waited for, and said every ~10 s.
+await checkRedisAccess(redis, { onUnreachable: (problem) => logger.warn(problem) }).catch((err: unknown) => {
   if (err instanceof RedisAccessError) exitForConfig('gateway', [`${err.variable}: ${err.message}`]);
   throw err;
 });

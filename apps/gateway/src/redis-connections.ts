@@ -3,7 +3,10 @@ import { connectRedis, type RedisClient } from '@cadre/store';
 
 /** A gateway's connections to Redis, each under its name in CLIENT LIST. */
 export interface GatewayRedis {
-  /** `cadre-gateway`: the stores' commands for every request, autopipelined (one write per event-loop turn). */
+  /**
+   * `cadre-gateway`: the stores' commands for every request, autopipelined (one write per event-loop turn). Bounded
+   * (ConnectOptions.boundedWait), as is `heartbeats`: a request during an outage is answered 503, not left waiting.
+   */
   commands: RedisClient;
   /** `cadre-gateway-queue`: BullMQ's queues (no autopipelining on a connection handed to BullMQ). */
   queue: RedisClient;
@@ -19,9 +22,9 @@ export interface GatewayRedis {
 /** Opens a gateway's connections (startGateway's, and a test's that checks how each one sends its commands). */
 export function connectGatewayRedis(target: RedisTarget, onError: (err: Error) => void): GatewayRedis {
   return {
-    commands: connectRedis(target, 'cadre-gateway', { autoPipelining: true, onError }),
+    commands: connectRedis(target, 'cadre-gateway', { autoPipelining: true, boundedWait: true, onError }),
     queue: connectRedis(target, 'cadre-gateway-queue', { onError }),
-    heartbeats: connectRedis(target, 'cadre-gateway-heartbeats', { onError }),
+    heartbeats: connectRedis(target, 'cadre-gateway-heartbeats', { boundedWait: true, onError }),
     subscriber: connectRedis(target, 'cadre-gateway-sub', { shardedSubscriber: true, onError }),
   };
 }

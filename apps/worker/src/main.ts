@@ -19,8 +19,8 @@ if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) =
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 exitOnCrash(logger);
 // A Redis that refuses the password or the database, or whose ACL refuses the store its functions, is a configuration
-// problem: one line naming the variable (never the password).
-await checkRedisAccess(config.redis!).catch((err: unknown) => {
+// problem: one line naming the variable (never the password). One it cannot reach is waited for, and said every ~10 s.
+await checkRedisAccess(config.redis!, { onUnreachable: (problem) => logger.warn(problem) }).catch((err: unknown) => {
   if (err instanceof RedisAccessError) exitForConfig('worker', [`${err.variable}: ${err.message}`]);
   throw err;
 });

@@ -24,3 +24,12 @@ describe('retryWhileUnavailable', () => {
     await expect(retryWhileUnavailable(() => Promise.reject(wrongType), { withinMs: 1_000 })).rejects.toBe(wrongType);
   });
 });
+
+describe('isRedisUnavailable', () => {
+  it('a bounded command given up on (its timeout) and credentials refused after a password rotation are unavailable', () => {
+    expect(isRedisUnavailable(new Error('Command timed out'))).toBe(true);
+    expect(isRedisUnavailable(new Error('NOAUTH Authentication required.'))).toBe(true);
+    expect(isRedisUnavailable(new Error('WRONGPASS invalid username-password pair or user is disabled.'))).toBe(true);
+    expect(isRedisUnavailable(new Error('NOPERM User cadre has no permissions to run the \'fcall\' command'))).toBe(false);
+  });
+});

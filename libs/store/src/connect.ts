@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
-import type { RedisTarget } from '@cadre/config';
+import { describeRedisTarget, type RedisTarget } from '@cadre/config';
 import { awaitWithin } from '@cadre/lifecycle';
 import { loadStoreLibrary } from './scripts.ts';
 
@@ -20,8 +20,31 @@ export interface ConnectOptions {
   autoPipelining?: boolean;
   /** A connection that will SSUBSCRIBE: on a Cluster it then keeps one subscriber connection per master. */
   shardedSubscriber?: boolean;
+  /**
+   * One node or Sentinel: a command waits for Redis about 10 s at most (15 s in any case: BOUNDED_WAIT), then fails
+   * unavailable, instead of waiting out the whole outage. For a gateway's own commands, which a caller waits on; never for a
+   * connection handed to BullMQ (it requires them to wait). A Cluster client gives up by itself (~20 s of retries).
+   */
+  boundedWait?: boolean;
   onError?: (err: Error) => void;
 }
+
+/**
+ * A bounded connection's options (ConnectOptions.boundedWait). A command queued while the client reconnects is
+ * rejected unsent (one sent as the connection dropped may have run) by the 10th failed attempt since it was queued:
+ * ioredis fails the queue at every 10th attempt of an outage (MaxRetriesPerRequestError, "Reached the max retries
+ * per request limit"). Attempts are at most 1 s apart (ioredis: 2 s), so that is within ~3 s of the
+ * connection's loss and ~10 s later in a long outage. Shorter than the Cluster's ~20 s: a client that is told 503 can
+ * retry, or go to another gateway, while one left waiting can only time out, and a Redis restart (the outage a
+ * single node has) takes longer than either anyway. `commandTimeout` is the backstop where attempts do not fail fast
+ * (a host that drops packets: each attempt waits for ioredis's 10 s connect timeout) or a connected Redis stops
+ * answering; a command it rejects ("Command timed out") may still be sent when Redis is back.
+ */
+const BOUNDED_WAIT: RedisOptions = {
+  maxRetriesPerRequest: 9,
+  retryStrategy: (attempt: number) => Math.min(attempt * 50, 1_000),
+  commandTimeout: 15_000,
+};
 
 /**
  * The one way every process connects to Redis. `maxRetriesPerRequest: null` is what BullMQ requires of the
@@ -36,7 +59,7 @@ export function connectRedis(target: RedisTarget | string, name: string, opts: C
 }
 
 function open(target: RedisTarget, name: string, opts: ConnectOptions, lazyConnect: boolean): RedisClient {
-  const common: RedisOptions = { maxRetriesPerRequest: null, connectionName: name, lazyConnect };
+  const common: RedisOptions = { maxRetriesPerRequest: null, connectionName: name, lazyConnect, ...(opts.boundedWait ? BOUNDED_WAIT : {}) };
   switch (target.mode) {
     case 'single':
       return new Redis(target.url, { ...common, enableAutoPipelining: opts.autoPipelining ?? false });
@@ -93,11 +116,12 @@ function credentialsVariable(target: RedisTarget): string {
 
 /**
  * Replies and client errors that say Redis cannot answer right now — a master failing over, a slot moving, a node
- * still loading, a lost connection, the Cluster client's retries spent waiting for one of those — and nothing about
- * the data asked for.
+ * still loading, a lost connection, the client's retries spent waiting for one of those (a Cluster client's, a
+ * bounded connection's), a bounded command's timeout, our credentials refused after a password rotation (NOAUTH,
+ * WRONGPASS: an operator's to fix, nothing the caller did) — and nothing about the data asked for.
  */
-const UNAVAILABLE_REPLY = /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN|READONLY|LOADING|MASTERDOWN|NOREPLICAS|BUSY) /;
-const UNAVAILABLE_CLIENT = /^(Connection is closed|Too many Cluster redirections|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available|Reached the max retries per request limit|Stream isn't writeable)/;
+const UNAVAILABLE_REPLY = /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN|READONLY|LOADING|MASTERDOWN|NOREPLICAS|BUSY|NOAUTH|WRONGPASS) /;
+const UNAVAILABLE_CLIENT = /^(Connection is closed|Too many Cluster redirections|Cluster isn't ready|Failed to refresh slots cache|None of startup nodes is available|Reached the max retries per request limit|Stream isn't writeable|Command timed out)/;
 const UNAVAILABLE_SOCKET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
 
 /**
@@ -199,6 +223,20 @@ export class RedisAccessError extends Error {
 const DB_OUT_OF_RANGE = /^ERR DB index is out of range/;
 const AUTH_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)|invalid password|AUTH.*(failed|without any password)/i;
 
+/** How often checkRedisAccess says it is still waiting for a Redis it cannot reach. */
+const UNREACHABLE_REPORT_EVERY_MS = 10_000;
+/** How long a first attempt may go without answer or error before that is said (ioredis's connect timeout is 10 s). */
+const UNREACHABLE_FIRST_SILENCE_MS = 3_000;
+
+export interface AccessCheckOptions {
+  /**
+   * Told, soon after the first failed attempt and then at most every 10 s while Redis cannot be reached, one line
+   * naming the variable, where it points (no password) and why (`REDIS_URL: cannot reach redis://:***@host:6379
+   * (ECONNREFUSED); retrying`).
+   */
+  onUnreachable?: (problem: string) => void;
+}
+
 /** The variable that names the database (ioredis SELECTs it on connecting; a Cluster has only database 0). */
 function databaseVariable(target: RedisTarget): string {
   return target.mode === 'single' ? 'REDIS_URL' : 'REDIS_DB';
@@ -209,26 +247,91 @@ function databaseVariable(target: RedisTarget): string {
  * password rejects at once with a RedisAccessError (its first word only: ioredis's error carries the AUTH
  * arguments), as does a database beyond the server's `databases` (ioredis would only log its SELECT's failure and
  * use database 0 until each command failed); an unreachable Redis is waited for, as a service started before its
- * Redis should. A Cluster is probed through its first seed node.
+ * Redis should, and said (onUnreachable). A Cluster is probed through its first seed node.
  */
-export async function checkRedisAccess(target: RedisTarget | string): Promise<void> {
+export async function checkRedisAccess(target: RedisTarget | string, opts: AccessCheckOptions = {}): Promise<void> {
   const resolved: RedisTarget = typeof target === 'string' ? { mode: 'single', url: target } : target;
   const probe = resolved.mode === 'cluster'
     ? new Redis({ ...resolved.nodes[0]!, maxRetriesPerRequest: null, lazyConnect: true, connectionName: 'cadre-preflight', ...credentials(resolved), ...(resolved.tls ? { tls: {} } : {}) })
     : open(resolved, 'cadre-preflight', {}, true);
+  const unreachable = new UnreachableReport(resolved, opts.onUnreachable);
   try {
     await new Promise<void>((resolve, reject) => {
       probe.on('error', (err: Error) => {
         const variable = credentialsVariable(resolved);
         if (AUTH_REFUSED.test(err.message)) reject(new RedisAccessError(`Redis refused the credentials in ${variable} (${err.message.split(/\s/)[0]!}); check the password (it is not shown here)`, variable));
-        if (DB_OUT_OF_RANGE.test(err.message)) reject(new RedisAccessError(`Redis has no database ${(probe as Redis).options.db} (ERR DB index is out of range): use one below the server's "databases" setting (16 by default: 0 to 15)`, databaseVariable(resolved)));
+        else if (DB_OUT_OF_RANGE.test(err.message)) reject(new RedisAccessError(`Redis has no database ${(probe as Redis).options.db} (ERR DB index is out of range): use one below the server's "databases" setting (16 by default: 0 to 15)`, databaseVariable(resolved)));
+        else unreachable.failed(err);
       });
       probe.once('ready', () => resolve());
       probe.connect().catch(() => undefined);
-    });
+    }).finally(() => unreachable.stop());
     await checkFunctionAccess(resolved, probe);
   } finally {
     probe.disconnect();
+  }
+}
+
+/**
+ * checkRedisAccess's lines while Redis cannot be reached: the first failure at once, then at most one line every
+ * UNREACHABLE_REPORT_EVERY_MS with the latest failure; and one after UNREACHABLE_FIRST_SILENCE_MS, then at that rate,
+ * if attempts neither succeed nor fail (a TLS client facing a plain Redis: no answer until the connect timeout).
+ * The reason is the error's code (ECONNREFUSED, ENOTFOUND, ETIMEDOUT) or, without one, its message's first line:
+ * neither carries the password (refused credentials are not reported here: they end the check).
+ */
+class UnreachableReport {
+  private last: Error | undefined;
+  private reportedAt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly target: RedisTarget;
+  private readonly onUnreachable: ((problem: string) => void) | undefined;
+
+  constructor(target: RedisTarget, onUnreachable?: (problem: string) => void) {
+    this.target = target;
+    this.onUnreachable = onUnreachable;
+    if (onUnreachable) this.schedule();
+  }
+
+  failed(err: Error): void {
+    if (this.stopped) return;
+    this.last = err;
+    if (Date.now() - this.reportedAt >= UNREACHABLE_REPORT_EVERY_MS) this.report();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private schedule(ms = UNREACHABLE_FIRST_SILENCE_MS): void {
+    this.timer = setTimeout(() => {
+      if (Date.now() - this.reportedAt >= UNREACHABLE_REPORT_EVERY_MS) this.report();
+      this.schedule(UNREACHABLE_REPORT_EVERY_MS);
+    }, ms);
+    this.timer.unref();
+  }
+
+  private report(): void {
+    if (!this.onUnreachable) return;
+    this.reportedAt = Date.now();
+    const err = this.last;
+    const tls = this.target.mode === 'single' ? this.target.url.startsWith('rediss:') : this.target.tls;
+    const why = err ? ((err as NodeJS.ErrnoException).code ?? err.message.split('\n')[0]!.slice(0, 200)) : `no answer yet${tls ? '; does it speak TLS?' : ''}`;
+    this.onUnreachable(`${modeVariable(this.target)}: cannot reach ${describeRedisTarget(this.target)} (${why}); retrying`);
+  }
+}
+
+/** The variable that says where Redis is. */
+function modeVariable(target: RedisTarget): string {
+  switch (target.mode) {
+    case 'single':
+      return 'REDIS_URL';
+    case 'cluster':
+      return 'REDIS_CLUSTER_NODES';
+    case 'sentinel':
+      return 'REDIS_SENTINELS';
   }
 }
 

@@ -5,7 +5,7 @@ export { TaskStore, workerIdFor, idempotentTaskId, type ClaimResult, type Worker
 export * from './task-types.ts';
 export { EventFanout, GATEWAY_SHUTTING_DOWN, LogWatcher, WatchClosedError, type FanoutLogger, type FanoutOptions, type LoggedEvent, type WatchableLog } from './event-fanout.ts';
 export { eventsAppended, eventsAppendedOver, scriptNamesByFunction, scriptsAsEval, storeLibraryCode, EVENT_LOGS, type EventLog } from './scripts.ts';
-export { connectRedis, checkRedisAccess, endConnection, isRedisOutOfMemory, isRedisUnavailable, retryWhileUnavailable, RedisAccessError, RedisNoAnswerError, type RedisClient, type ConnectOptions } from './connect.ts';
+export { connectRedis, checkRedisAccess, endConnection, isRedisOutOfMemory, isRedisUnavailable, retryWhileUnavailable, RedisAccessError, RedisNoAnswerError, type RedisClient, type ConnectOptions, type AccessCheckOptions } from './connect.ts';
 export { TeamQueue, AGENT_QUEUE, AGENT_JOB_OPTIONS, agentJobId, unfinishedWorkerIds, type AgentJobData, type AgentJobState, type LeadStep } from './team-queue.ts';
 export { RunStore, isTerminalRunStatus, type RunStoreOptions, type HeartbeatResult, type RunWithEvent } from './run-store.ts';
 export { decodeTaskCursor, encodeTaskCursor, TASK_LIST_MAX_ENTRIES, type TaskSummary, type TaskListPage } from './task-list.ts';
