@@ -57,11 +57,12 @@ describe('Redis commands per team task (store)', () => {
     const counts: number[] = [];
     await runTask(async (step) => counts.push(Object.values(await commandsOf(admin, redis, step)).reduce((a, b) => a + b, 0)));
     const steps = { create: counts[0], worker: counts[1], lead: counts[2] };
-    // create: the enqueue mark and its removal (2), createTask (8: FCALL, EXISTS, TIME, an HSET for the meta and
-    // one for the roster, the task_queued append's HINCRBY, XADD, SPUBLISH), the listing (indexTask 5, SADD of the
-    // workspace, HINCRBY of the stats). worker: claim 13 (with its parked read and its first phase's append),
-    // finish 11. lead: claim 9 (with the roster), append 7, finish with the task's end 18, then the stats and the
-    // unfinished set (2).
-    expect(steps).toEqual({ create: 17, worker: 24, lead: 36 });
+    // create: the enqueue mark and its removal (2), createTask (9: FCALL, EXISTS, TIME, an HSET for the meta and
+    // one for the roster, the task_queued append's HINCRBY, XADD, SPUBLISH, HSET of updated_at), the listing
+    // (indexTask 5, SADD of the workspace, HINCRBY of the stats). worker: claim 15 (with its parked read and its
+    // first phase's append), finish 13. lead: claim 10 (with the roster), append 8, finish with the task's end 21,
+    // then the stats and the unfinished set (2). Each append sets the task's updated_at (one HSET in its script): a
+    // task that moves is never checked by read repair (apps/gateway/src/tasks/read-repair.ts).
+    expect(steps).toEqual({ create: 18, worker: 28, lead: 41 });
   });
 });

@@ -13,12 +13,18 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { TeamEventProto } from '@cadre/protocol';
 import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
 import { assertContiguous, grpcClient, httpClient, pollUntilTerminal, startTestCluster, startTestSentinel, waitForEvent, watchTeam, type TestCluster, type TestRedis } from '@cadre/testing';
+import { Scrape } from '../support/prometheus.ts';
 import { TestStack } from '../support/stack.ts';
 
 const TASKS = 6;
 /** The measured test: many short turns, so appends are in flight when the master dies. */
 const BUSY_TASKS = 12;
 const TERMINAL = new Set(['task_completed', 'task_failed', 'task_cancelled']);
+/**
+ * A task whose jobs a failover lost is re-driven by the gateway's task reconciler (a pass every second) or, when its
+ * listing was lost too, by read repair (the test polls every task): both well within finalLogs' 90 s.
+ */
+const RECONCILE_ENV = { CADRE_ENQUEUE_GRACE_MS: '2000', CADRE_TASK_RECONCILE_INTERVAL_MS: '1000' };
 let stack: TestStack | undefined;
 /**
  * The servers a test started, stopped after it: a cluster left running beside the next test's (its nodes still
@@ -77,7 +83,7 @@ async function watchToEnd(target: string, taskId: string, watched: Watched): Pro
  * machine the first tasks of a busy batch can end before the last one's workers get a slot.
  */
 async function startTasks(redis: TestRedis, count: number, answerMs: number, firstOnly = false): Promise<{ taskIds: string[]; watches: Promise<Watched>[]; watching: Watched[] }> {
-  stack = await TestStack.start({ redis, workers: 2 });
+  stack = await TestStack.start({ redis, workers: 2, env: RECONCILE_ENV });
   const taskIds: string[] = [];
   for (let i = 0; i < count; i++) {
     const res = await fetch(`${stack.url}/api/tasks`, {
@@ -126,7 +132,7 @@ async function finalLogs(taskIds: string[], cluster?: TestCluster, killed = '', 
     try {
       return (await pollUntilTerminal(stack!.url, id, 90_000)).map((e) => ({ seq: e.seq, event_type: e.event_type, worker_id: e.worker_id, timestamp: e.timestamp }));
     } catch (err) {
-      if (cluster && /did not finish/.test((err as Error).message)) throw new Error(`${(err as Error).message} (${killed}); ${await jobsOf(cluster, id)}`, { cause: err });
+      if (cluster && /did not finish/.test((err as Error).message)) throw new Error(`${(err as Error).message} (${killed}); ${await jobsOf(cluster, id)}; ${await listingOf(cluster, id)}`, { cause: err });
       if (!cluster || !/HTTP 404/.test((err as Error).message)) throw err;
       const holders = await whoHolds(cluster, new KeyBuilder(stack!.prefix).task(id).meta);
       if (mayHaveLost.has(id) && holders.lostByRedis) return undefined;
@@ -161,6 +167,32 @@ async function jobsOf(cluster: TestCluster, taskId: string): Promise<string> {
     return `its jobs: ${states.join('; ')}; the queue's slot is served by ${(await cluster.masterOf(keys.bullJob(AGENT_QUEUE, 'x'))).port}`;
   } catch (err) {
     return `its jobs could not be read (${(err as Error).message})`;
+  } finally {
+    conn.disconnect();
+  }
+}
+
+/**
+ * For a task that never ended: whether it is still listed where the task reconciler's walk finds it (its
+ * workspace's unfinished set) and in the enqueue mark set (the enqueue sweeper's), and what the gateway's reconcile
+ * counter says (by trigger: a pass, or a read).
+ */
+/** The gateway's cadre_tasks_reconciled_total by trigger: found by a reconcile pass, or by read repair. */
+async function reconciledBy(): Promise<string> {
+  const scrape = await Scrape.of(`${stack!.url}/metrics`);
+  return ['pass', 'read'].map((trigger) => `${trigger} ${scrape.value('cadre_tasks_reconciled_total', { trigger })}`).join(', ');
+}
+
+async function listingOf(cluster: TestCluster, taskId: string): Promise<string> {
+  const keys = new KeyBuilder(stack!.prefix);
+  const conn = cluster.connect();
+  try {
+    const listed = (await conn.sismember(keys.workspaceTasks('failover'), taskId)) === 1;
+    const marked = (await conn.zscore(keys.tasksEnqueueing(), taskId)) !== null;
+    return `${listed ? 'in' : 'NOT in'} its workspace's unfinished set, ${marked ? 'in' : 'not in'} the enqueue mark set; `
+      + `the gateway's cadre_tasks_reconciled_total: ${await reconciledBy()}`;
+  } catch (err) {
+    return `its listing could not be read (${(err as Error).message})`;
   } finally {
     conn.disconnect();
   }
@@ -279,7 +311,8 @@ describe('Redis Cluster failover', () => {
     process.stderr.write(`failover with writes in flight: ${running} of ${BUSY_TASKS} tasks running, ${near} appends within 250 ms of the kill; `
       + `replica ${replicaBehindBytes} bytes behind at the kill, took over in ${healedAt - killedAt} ms; `
       + `tasks ${taskIds.map((id) => logs.get(id)?.at(-1)!.event_type.replace('task_', '') ?? 'LOST').join(',')} (${lost.length} lost with the victim, of ${onVictim.size} on its slots; their watchers had received ${lostSeen.join(',') || '-'} events, then NOT_FOUND); `
-      + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused on a cursor: ${watched.filter((w) => w.refused && w.refused.code !== GrpcStatus.NOT_FOUND).length}\n`);
+      + `events watchers saw that the surviving logs do not hold: ${forgotten}; resumes refused on a cursor: ${watched.filter((w) => w.refused && w.refused.code !== GrpcStatus.NOT_FOUND).length}; `
+      + `tasks re-driven or failed by the gateway: ${await reconciledBy()}\n`);
   }, 180_000);
 });
 

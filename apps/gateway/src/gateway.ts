@@ -20,6 +20,7 @@ import { RunApprovals } from './runs/run-approvals.ts';
 import { RunsAuthenticator } from './runs/runs-auth.ts';
 import { LeaseSweeper } from './runs/lease-sweeper.ts';
 import { EnqueueSweeper } from './tasks/enqueue-sweeper.ts';
+import { ReadRepair } from './tasks/read-repair.ts';
 import { RECONCILE_ACTIONS, TaskReconciler } from './tasks/task-reconciler.ts';
 import type { RedisTarget } from '@cadre/config';
 import type { GatewayConfig } from './config.ts';
@@ -79,7 +80,19 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: onApprovalDecided,
     onInboxFailed: logInboxFailure(logger),
   });
-  const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers });
+  const reconciled = new Counter({
+    name: 'cadre_tasks_reconciled_total',
+    help: 'Unfinished tasks whose BullMQ jobs were lost, re-driven or failed by this gateway\'s task reconciler, by action, reason and trigger: redriven lead_job_lost (the lead\'s job was gone: added again), redriven worker_job_lost (a job its waiting lead needs was gone: added again), failed lead_job_ended (the lead\'s job had ended with the task\'s end unrecorded); trigger pass (found by its walk of the unfinished sets) or read (a client read the stuck task: read repair, which also finds a task whose listing was lost)',
+    labelNames: ['action', 'reason', 'trigger'],
+    registers: [metrics],
+  });
+  for (const [reason, action] of Object.entries(RECONCILE_ACTIONS)) for (const trigger of ['pass', 'read']) reconciled.inc({ action, reason, trigger }, 0);
+  const reconciler = new TaskReconciler({
+    store, queue, graceMs: config.enqueueGraceMs, intervalMs: config.taskReconcileIntervalMs, logger,
+    onReconciled: (reason, trigger) => reconciled.inc({ action: RECONCILE_ACTIONS[reason], reason, trigger }),
+  });
+  const readRepair = new ReadRepair({ store, reconciler, graceMs: config.enqueueGraceMs, logger });
+  const tasks = new TaskService({ store, approvals: approvalStore, queue, fanout, logger, defaultMaxWorkers: config.defaultMaxWorkers, readRepair });
   const sse = new SseSessions({ logger });
   const runStore = new RunStore({
     redis, heartbeatRedis, keys, retentionSec: config.retentionSec, maxEventsPerRun: config.maxEventsPerTask,
@@ -105,17 +118,6 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   const runsAuth = new RunsAuthenticator({ runsKey: config.runsApiKey, workspaceKeys: config.runsWorkspaceKeys, controlKey: config.runsControlApiKey });
   const enqueueSweeper = new EnqueueSweeper({ store, queue, sessions, graceMs: config.enqueueGraceMs, logger });
   const sweeper = new LeaseSweeper({ store: runStore, intervalMs: Math.max(100, Math.floor(config.runsWorkerTtlMs / 4)), logger });
-  const reconciled = new Counter({
-    name: 'cadre_tasks_reconciled_total',
-    help: 'Unfinished tasks whose BullMQ jobs were lost, re-driven or failed by this gateway\'s task reconciler, by action and reason: redriven lead_job_lost (the lead\'s job was gone: added again), redriven worker_job_lost (a job its waiting lead needs was gone: added again), failed lead_job_ended (the lead\'s job had ended with the task\'s end unrecorded)',
-    labelNames: ['action', 'reason'],
-    registers: [metrics],
-  });
-  for (const [reason, action] of Object.entries(RECONCILE_ACTIONS)) reconciled.inc({ action, reason }, 0);
-  const reconciler = new TaskReconciler({
-    store, queue, graceMs: config.enqueueGraceMs, intervalMs: config.taskReconcileIntervalMs, logger,
-    onReconciled: (reason) => reconciled.inc({ action: RECONCILE_ACTIONS[reason], reason }),
-  });
 
   const grpcWatchers = new Gauge({ name: 'cadre_grpc_watchers', help: 'Open WatchTeam streams', registers: [metrics] });
   const sessionsOpen = new Gauge({
@@ -227,6 +229,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     enqueueSweeper.stop();
     // Not awaited, as the sweepers: a pass waiting on a Redis that is down would hold the drain up.
     void reconciler.stop();
+    readRepair.stop();
     grpc.health.setNotServing();
     await listener.close();
     await fanout.close();

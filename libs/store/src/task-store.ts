@@ -52,6 +52,8 @@ export type TaskOutcome =
 export interface EventPage {
   workspace_id: string;
   status: TaskStatus;
+  /** The task's updated_at (ms): its last event or change of status. */
+  updated_ms: number;
   events: TeamEvent[];
 }
 
@@ -191,10 +193,10 @@ export class TaskStore {
     return toTaskRecord(meta, roster ?? {});
   }
 
-  /** What a watch needs to start: workspace (auth), status and last seq, in one read; null when there is no task. */
-  async taskHead(taskId: string): Promise<{ workspace_id: string; status: TaskStatus; last_seq: number } | null> {
-    const [workspaceId, status, seq] = await this.redis.hmget(this.keys.task(taskId).meta, 'workspace_id', 'status', 'seq');
-    return workspaceId && status ? { workspace_id: workspaceId, status: status as TaskStatus, last_seq: Number(seq ?? 0) } : null;
+  /** What a watch needs to start: workspace (auth), status, last seq and updated_at (ms), in one read; null when there is no task. */
+  async taskHead(taskId: string): Promise<{ workspace_id: string; status: TaskStatus; last_seq: number; updated_ms: number } | null> {
+    const [workspaceId, status, seq, updated] = await this.redis.hmget(this.keys.task(taskId).meta, 'workspace_id', 'status', 'seq', 'updated_at');
+    return workspaceId && status ? { workspace_id: workspaceId, status: status as TaskStatus, last_seq: Number(seq ?? 0), updated_ms: Number(updated ?? 0) } : null;
   }
 
   /** Whether the task has ended (completed, failed or cancelled); a task that is not there has not. */
@@ -301,17 +303,17 @@ export class TaskStore {
     const k = this.keys.task(taskId);
     const replies = await this.redis
       .multi()
-      .hmget(k.meta, 'workspace_id', 'status', 'seq')
+      .hmget(k.meta, 'workspace_id', 'status', 'seq', 'updated_at')
       .xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit)
       .exec();
     const [[metaErr, meta], [rangeErr, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
     if (metaErr) throw metaErr;
     if (rangeErr) throw rangeErr;
-    const [workspaceId, status, seq] = meta;
+    const [workspaceId, status, seq, updated] = meta;
     if (!workspaceId || !status) return null;
     const events = entries.map(decodeEntry);
     checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'task');
-    return { workspace_id: workspaceId, status: status as TaskStatus, events };
+    return { workspace_id: workspaceId, status: status as TaskStatus, updated_ms: Number(updated ?? 0), events };
   }
 
   /** The task's log as the fan-out reads it. Its id is the task id (what the append scripts publish). */

@@ -1,7 +1,7 @@
 import { TERMINAL_TASK_STATUSES } from '@cadre/protocol';
 import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 import { scrubError, type Logger } from '@cadre/observability';
-import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskStore, type TeamQueue } from '@cadre/store';
+import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskRecord, type TaskStore, type TeamQueue } from '@cadre/store';
 
 /**
  * What a pass did to a task, and why: re-drove it (its lead's job was gone, or the job of a worker its lead waits
@@ -9,6 +9,8 @@ import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskStore, type TeamQueue } f
  */
 export type ReconcileReason = 'lead_job_lost' | 'worker_job_lost' | 'lead_job_ended';
 export const RECONCILE_ACTIONS: Record<ReconcileReason, 'redriven' | 'failed'> = { lead_job_lost: 'redriven', worker_job_lost: 'redriven', lead_job_ended: 'failed' };
+/** What found the task: a pass's walk of the unfinished sets, or a client reading it (ReadRepair). */
+export type ReconcileTrigger = 'pass' | 'read';
 
 /** Tasks read per page of a workspace's unfinished set, and at most per pass. */
 const PAGE = 100;
@@ -21,8 +23,8 @@ export interface TaskReconcilerDeps {
   graceMs: number;
   intervalMs: number;
   logger: Logger;
-  /** Hears of each task a pass re-drove or failed. */
-  onReconciled?: (reason: ReconcileReason) => void;
+  /** Hears of each task a pass (or a read) re-drove or failed. */
+  onReconciled?: (reason: ReconcileReason, trigger: ReconcileTrigger) => void;
   /** Tasks per read (100) and at most per pass (1,000). */
   pageSize?: number;
   maxPerPass?: number;
@@ -114,7 +116,7 @@ export class TaskReconciler {
         for (const taskId of taskIds) {
           if (enqueueing.has(taskId)) continue;
           // One task that cannot be re-driven (its job refused) does not hold up the others; the next walk retries it.
-          const reason = await this.reconcileTask(taskId).catch((err: unknown) => {
+          const reason = await this.reconcileById(taskId).catch((err: unknown) => {
             result.errors.push(taskId);
             if (result.errors.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
             return null;
@@ -131,11 +133,19 @@ export class TaskReconciler {
     return result;
   }
 
-  /** Re-adds what the task's jobs lack, or fails the task; the reason, or null when it lacked nothing (or is not for this pass). */
-  private async reconcileTask(taskId: string): Promise<ReconcileReason | null> {
-    const { store, queue, graceMs } = this.deps;
-    const task = await store.getTask(taskId);
-    if (!task || TERMINAL_TASK_STATUSES.includes(task.status) || Date.now() - Date.parse(task.created_at) < graceMs) return null;
+  private async reconcileById(taskId: string): Promise<ReconcileReason | null> {
+    const task = await this.deps.store.getTask(taskId);
+    return task && this.reconcileTask(task, 'pass');
+  }
+
+  /**
+   * Re-adds what the task's jobs lack, or fails the task; the reason, or null when it lacked nothing (or is not for
+   * this pass). A pass's decision, also made for a task a client reads (ReadRepair), with the task it read.
+   */
+  async reconcileTask(task: TaskRecord, trigger: ReconcileTrigger): Promise<ReconcileReason | null> {
+    const { queue, store, graceMs } = this.deps;
+    const taskId = task.task_id;
+    if (TERMINAL_TASK_STATUSES.includes(task.status) || Date.now() - Date.parse(task.created_at) < graceMs) return null;
     const unfinished = unfinishedWorkerIds(task.workers);
     const jobs = await queue.jobStates(taskId, [LEAD_WORKER_ID, ...unfinished]);
     const leadJob = jobs.get(LEAD_WORKER_ID)!;
@@ -161,7 +171,7 @@ export class TaskReconciler {
       await store.finishWorker(taskId, LEAD_WORKER_ID, '', { outcome: 'failed', reason: 'lead_job_ended', message }, { status: 'failed', reason: `lead_job_ended: ${message}` }, task.workspace_id);
       reason = 'lead_job_ended';
     }
-    if (reason) this.deps.onReconciled?.(reason);
+    if (reason) this.deps.onReconciled?.(reason, trigger);
     return reason;
   }
 

@@ -4,6 +4,7 @@ import { TERMINAL_TASK_STATUSES, canonicalUuid, type TaskStatus, type TeamEvent 
 import { StoreError, decodeTaskCursor, policyProblem, type ApprovalPolicy, type ApprovalStore, type EventFanout, type TaskListPage, type LogWatcher, type TaskRecord, type TaskStore, type TeamSpec, type TeamQueue } from '@cadre/store';
 import { canAccess, type Principal } from '../auth.ts';
 import { ApiError } from '../errors.ts';
+import type { ReadRepair } from './read-repair.ts';
 
 /** A lead that plans its own team: it has the spawn_worker tool. */
 export const DEFAULT_LEAD_INSTRUCTIONS =
@@ -34,6 +35,8 @@ export interface TaskServiceDeps {
   fanout: EventFanout;
   logger: Logger;
   defaultMaxWorkers: number;
+  /** Told of each unfinished task a client reads or watches (get, events, watch): repairs a stuck one off the request's path. */
+  readRepair?: ReadRepair;
 }
 
 /** The task operations behind both HTTP and gRPC, so the two edges cannot drift apart. */
@@ -104,6 +107,7 @@ export class TaskService {
     const task = await this.deps.store.getTask(taskId);
     // Another workspace's task is indistinguishable from a missing one.
     if (!task || !canAccess(principal, task.workspace_id)) throw new ApiError('not_found', `task ${taskId} not found`);
+    this.deps.readRepair?.seen(taskId, task.status, Date.parse(task.updated_at));
     return task;
   }
 
@@ -119,6 +123,7 @@ export class TaskService {
       throw workspace && canAccess(principal, workspace) ? err : notFound;
     });
     if (!page || !canAccess(principal, page.workspace_id)) throw notFound;
+    this.deps.readRepair?.seen(taskId, page.status, page.updated_ms);
     return { events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
   }
 
@@ -165,6 +170,7 @@ export class TaskService {
       throw new ApiError('out_of_range', `after_seq ${afterSeq} is ahead of task ${taskId}'s log (last seq ${task.last_seq})`);
     }
     if (afterSeq === task.last_seq && TERMINAL_TASK_STATUSES.includes(task.status)) return null;
+    this.deps.readRepair?.seen(taskId, task.status, task.updated_ms);
     return this.deps.fanout.watch(this.deps.store.taskLog(taskId), afterSeq);
   }
 

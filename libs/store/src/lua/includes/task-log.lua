@@ -11,8 +11,11 @@ end
 local TERMINAL = { completed = true, failed = true, cancelled = true }
 
 -- A team event: t type, w worker id ('' for task events), a attempt, p payload JSON. The log id is the task id.
+-- Each event moves the task's updated_at: a task whose updated_at is old has not progressed (read repair skips the rest).
 local function appendEvent(taskId, maxLen, channel, eventType, workerId, attempt, payload)
-  return appendToLog('task', metaKey, eventsKey, taskId, maxLen, channel, { 't', eventType, 'w', workerId, 'a', attempt, 'p', payload })
+  local seq = appendToLog('task', metaKey, eventsKey, taskId, maxLen, channel, { 't', eventType, 'w', workerId, 'a', attempt, 'p', payload })
+  redis.call('HSET', metaKey, 'updated_at', nowMs())
+  return seq
 end
 
 local function loadWorker(workerId)
