@@ -5,8 +5,8 @@
 // its end: completed, one terminal event, a contiguous log, no worker run twice, the re-drive counted.
 import { Queue } from 'bullmq';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
-import { httpClient, waitForEvent, waitUntil, type TestRedisClient } from '@cadre/testing';
+import { AGENT_JOB_OPTIONS, AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
+import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { expectCompletedOnce, loseJob } from './support/lost-jobs.ts';
 import { Scrape } from './support/prometheus.ts';
 import { TestStack } from './support/stack.ts';
@@ -73,6 +73,36 @@ describe('task reconciler', () => {
     for (const w of ['researcher-1', 'critic-2']) expect(events.find((e) => e.worker_id === w && e.event_type === 'worker_completed')!.seq).toBeLessThan(leadStart);
     expect(await reconciled('worker_job_lost')).toBe(1);
     expect(await reconciled('lead_job_lost')).toBe(0);
+  });
+
+  it('lets a lead go on that waits for a failed worker linked to it again: the task completes, one synthesis', async () => {
+    await startStack(1);
+    const taskId = await createTask({
+      goal: 'Weigh two options',
+      team: { workers: [{ role: 'broken', instructions: 'Fail. [[scripted:fail=400]]' }, { role: 'steady', instructions: 'Wait. [[scripted:hold=steady]]' }] },
+    });
+    await stack.model.holding('steady');
+    await waitUntil('broken-1\'s job to fail', async () => (await queue.getJobState(agentJobId(taskId, 'broken-1'))) === 'failed');
+    // A re-drive whose read said broken-1 was still running (a stale read) links its failed job to the lead again:
+    // BullMQ's duplicate rule SADDs it back into the lead's dependencies, where nothing will ever take it out.
+    const leadId = agentJobId(taskId, 'lead');
+    await queue.addBulk([{
+      name: 'worker', data: { taskId, workerId: 'broken-1' },
+      opts: { ...AGENT_JOB_OPTIONS, jobId: agentJobId(taskId, 'broken-1'), parent: { id: leadId, queue: queue.qualifiedName }, ignoreDependencyOnFailure: true },
+    }]);
+    expect(await (await queue.getJob(leadId))!.getDependenciesCount()).toMatchObject({ unprocessed: 2 });
+    stack.model.release('steady');
+
+    const events = await pollUntilTerminal(stack.url, taskId, 30_000);
+    assertContiguous(events.map((e) => e.seq));
+    expect(events.filter((e) => e.event_type.startsWith('task_') && e.event_type !== 'task_queued').map((e) => e.event_type)).toEqual(['task_completed']);
+    // One synthesis, after both workers had ended.
+    const leadStarts = events.filter((e) => e.worker_id === 'lead' && e.event_type === 'worker_started');
+    expect(leadStarts).toHaveLength(1);
+    expect(events.filter((e) => e.worker_id === 'lead' && e.event_type === 'worker_completed')).toHaveLength(1);
+    expect(events.find((e) => e.worker_id === 'broken-1' && e.event_type === 'worker_failed')!.seq).toBeLessThan(leadStarts[0]!.seq);
+    expect(events.find((e) => e.worker_id === 'steady-2' && e.event_type === 'worker_completed')!.seq).toBeLessThan(leadStarts[0]!.seq);
+    expect(await reconciled('dependency_ended')).toBe(1);
   });
 
   it('adds again the lost job of a planned lead waiting for its workers: it waits for them again and synthesizes once', async () => {

@@ -31,10 +31,13 @@ export const AGENT_JOB_OPTIONS = {
 
 /**
  * Where an agent job stands, as a re-drive needs to know it: `missing` (no job hash: never added, or its add lost),
- * `waiting-children` (a lead waiting for its workers), `finished` (`how`, and `finishedAt` in ms) or
+ * `waiting-children` (a lead waiting for its workers, `since` in ms), `finished` (`how`, and `finishedAt` in ms) or
  * `live` (waiting, delayed or running: it will run or is running).
  */
-export type AgentJobState = { state: 'missing' | 'waiting-children' | 'live' } | { state: 'finished'; how: 'completed' | 'failed'; finishedAt: number };
+export type AgentJobState =
+  | { state: 'missing' | 'live' }
+  | { state: 'waiting-children'; since: number }
+  | { state: 'finished'; how: 'completed' | 'failed'; finishedAt: number };
 
 /** The team's workers (not the lead) whose roster entry has not ended: those a lead still waits for. */
 export function unfinishedWorkerIds(workers: readonly Pick<WorkerView, 'worker_id' | 'status'>[]): string[] {
@@ -129,7 +132,7 @@ export class TeamQueue {
       const state: AgentJobState = exists === 0 ? { state: 'missing' }
         : completedAt !== null ? { state: 'finished', how: 'completed', finishedAt: Number(completedAt) }
           : failedAt !== null ? { state: 'finished', how: 'failed', finishedAt: Number(failedAt) }
-            : waitingSince !== null ? { state: 'waiting-children' } : { state: 'live' };
+            : waitingSince !== null ? { state: 'waiting-children', since: Number(waitingSince) } : { state: 'live' };
       return [workerId, state];
     }));
   }
@@ -138,6 +141,37 @@ export class TeamQueue {
   async failedReasonOf(taskId: string, workerId: string): Promise<string | null> {
     const job = await Job.fromId(this.queue, agentJobId(taskId, workerId));
     return job?.failedReason ?? null;
+  }
+
+  /** What an agent's completed job returned (the processor's AgentJobResult); null when it has none. */
+  async returnValueOf(taskId: string, workerId: string): Promise<unknown> {
+    const job = await Job.fromId(this.queue, agentJobId(taskId, workerId));
+    return job?.returnvalue ?? null;
+  }
+
+  /**
+   * The workers whose jobs the lead's job still waits for (its BullMQ `:dependencies`); a member that is not an
+   * agent job of this task is given as null.
+   */
+  async leadDependencies(taskId: string): Promise<(string | null)[]> {
+    const members = await this.redis.smembers(`${this.queue.toKey(agentJobId(taskId, LEAD_WORKER_ID))}:dependencies`);
+    const own = this.queue.toKey(agentJobId(taskId, ''));
+    return members.map((key) => (key.startsWith(own) && key.length > own.length ? key.slice(own.length) : null));
+  }
+
+  /**
+   * Lets the lead's job go on without the given workers, each of which has ended for good: a failed job is taken out
+   * of the lead's dependencies (BullMQ's removeChildDependency, which moves the lead on once none is left); a job
+   * that is gone is added again, so it runs, is refused its claim (worker_finished), completes and, like any child
+   * that completes, leaves the lead's dependencies.
+   */
+  async releaseEndedChildren(taskId: string, failed: readonly string[], gone: readonly string[]): Promise<void> {
+    const leadKey = this.queue.toKey(agentJobId(taskId, LEAD_WORKER_ID));
+    for (const workerId of failed) {
+      const job = await Job.fromId(this.queue, agentJobId(taskId, workerId));
+      if (job?.parentKey === leadKey) await job.removeChildDependency();
+    }
+    await this.addWorkerJobs(taskId, gone);
   }
 
   /**

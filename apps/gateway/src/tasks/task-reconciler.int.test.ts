@@ -3,7 +3,7 @@
 // still owns are left alone, passes are bounded and go on where the last one stopped, and two reconcilers at once
 // add a lost job once.
 import { randomUUID } from 'node:crypto';
-import { Queue, Worker } from 'bullmq';
+import { Queue, Worker, type Job } from 'bullmq';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_QUEUE, KeyBuilder, TaskStore, TeamQueue, agentJobId, connectRedis, type NewTask, type RedisClient, type TaskRecord } from '@cadre/store';
@@ -61,6 +61,19 @@ async function loseJob(taskId: string, workerId: string): Promise<void> {
 }
 
 const stateOf = (taskId: string, workerId: string): Promise<string> => jobs.getJobState(agentJobId(taskId, workerId));
+
+/** Runs the queue's jobs with `processor` (a worker pool's stand-in) until an agent's job is in `state`. */
+async function runJobs(processor: (job: Job) => Promise<unknown>, taskId: string, workerId: string, state: string): Promise<void> {
+  const worker = new Worker(AGENT_QUEUE, processor, { connection: redis as never, prefix: keys.bullPrefix() });
+  try {
+    await waitUntil(`${workerId}'s job to be ${state}`, async () => (await stateOf(taskId, workerId)) === state);
+  } finally {
+    await worker.close();
+  }
+}
+const stalls = async (): Promise<never> => {
+  throw new Error('job stalled more than allowable limit');
+};
 const everyKey = (): Promise<Map<string, string>> => dumpRedis(redis as never, [`${keys.prefix}:*`, `${keys.bullPrefix()}:*`]);
 
 describe('TaskReconciler', () => {
@@ -134,14 +147,7 @@ describe('TaskReconciler', () => {
     const task = await createTask('w');
     // The lead runs; its job then fails for good, and the end its worker would write is lost.
     await store.claimWorker(task.task_id, 'lead', 'lease-1', 'host');
-    const worker = new Worker(AGENT_QUEUE, async (): Promise<void> => {
-      throw new Error('job stalled more than allowable limit');
-    }, { connection: redis as never, prefix: keys.bullPrefix() });
-    try {
-      await waitUntil('the lead\'s job to fail', async () => (await stateOf(task.task_id, 'lead')) === 'failed');
-    } finally {
-      await worker.close();
-    }
+    await runJobs(stalls, task.task_id, 'lead', 'failed');
     // Its worker could still be writing the end: not within the grace.
     expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, reconciled: {}, errors: [] });
     expect(await reconciler().reconcile()).toEqual({ checked: 1, reconciled: { lead_job_ended: [task.task_id] }, errors: [] });
@@ -155,6 +161,57 @@ describe('TaskReconciler', () => {
     expect(events[2]!.payload).toMatchObject({ reason: 'lead_job_ended' });
     // Ended: later passes leave it (it is out of the unfinished set).
     expect(await reconciler().reconcile()).toEqual({ checked: 0, reconciled: {}, errors: [] });
+  });
+
+  it('lets a lead go on that waits only for workers ended for good (a failed job linked again, a job gone)', async () => {
+    await fresh();
+    const task = await createTask('w', ['researcher', 'critic']);
+    await store.claimWorker(task.task_id, 'researcher-1', 'lease-1', 'host');
+    await store.finishWorker(task.task_id, 'researcher-1', 'lease-1', { outcome: 'completed', result: 'r', usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+    await store.claimWorker(task.task_id, 'critic-2', 'lease-2', 'host');
+    await store.finishWorker(task.task_id, 'critic-2', 'lease-2', { outcome: 'failed', reason: 'model_error', message: 'm' });
+    // researcher-1's job is gone but still a dependency; critic-2's job fails, then a stale read links it again.
+    await loseJob(task.task_id, 'researcher-1');
+    await runJobs(stalls, task.task_id, 'critic-2', 'failed');
+    await queue.addWorkerJobs(task.task_id, ['critic-2']);
+    const lead = async (): Promise<unknown> => (await jobs.getJob(agentJobId(task.task_id, 'lead')))!.getDependenciesCount();
+    expect(await lead()).toMatchObject({ unprocessed: 2 });
+
+    // Not within the grace of the lead's wait.
+    expect(await reconciler({ graceMs: 60_000 }).reconcile()).toEqual({ checked: 1, reconciled: {}, errors: [] });
+    expect(await reconciler().reconcile()).toEqual({ checked: 1, reconciled: { dependency_ended: [task.task_id] }, errors: [] });
+    // The failed job is no longer waited for; the gone one is back, to be refused its claim and complete.
+    expect(await lead()).toMatchObject({ unprocessed: 1 });
+    expect(await stateOf(task.task_id, 'critic-2')).toBe('failed');
+    expect(await stateOf(task.task_id, 'researcher-1')).toBe('waiting');
+    await runJobs(async (job) => ({ workerId: job.data.workerId, status: 'skipped' }), task.task_id, 'lead', 'completed');
+  });
+
+  it('completes a task whose lead\'s job completed its synthesis with the task\'s end unrecorded, with the result it returned', async () => {
+    await fresh();
+    const task = await createTask('w');
+    await store.claimWorker(task.task_id, 'lead', 'lease-1', 'host');
+    await runJobs(async () => ({ workerId: 'lead', status: 'completed', result: 'the answer' }), task.task_id, 'lead', 'completed');
+    expect(await reconciler().reconcile()).toEqual({ checked: 1, reconciled: { lead_job_completed: [task.task_id] }, errors: [] });
+    const ended = (await store.getTask(task.task_id))!;
+    expect(ended.status).toBe('completed');
+    expect(ended.result).toBe('the answer');
+    const { events } = (await store.readEvents(task.task_id, 0, 100))!;
+    assertContiguous(events.map((e) => e.seq));
+    expect(events.map((e) => e.event_type).filter((t) => t.startsWith('task_'))).toEqual(['task_queued', 'task_completed']);
+  });
+
+  it('counts a task that ended between its read and the reconciler\'s write as nothing to do, not an error', async () => {
+    await fresh();
+    const task = await createTask('w');
+    await store.claimWorker(task.task_id, 'lead', 'lease-1', 'host');
+    await runJobs(stalls, task.task_id, 'lead', 'failed');
+    // The task is cancelled right after the reconciler has read it: its write is refused task_finished.
+    const racing = Object.create(store, {
+      getTask: { value: async (id: string) => { const read = await store.getTask(id); await store.cancelTask(id, 'a user'); return read; } },
+    }) as TaskStore;
+    expect(await reconciler({ store: racing }).reconcile()).toEqual({ checked: 1, reconciled: {}, errors: [] });
+    expect((await store.getTask(task.task_id))!.status).toBe('cancelled');
   });
 
   it('two reconcilers at once add a lost job once', async () => {

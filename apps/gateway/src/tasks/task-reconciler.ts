@@ -1,14 +1,17 @@
-import { TERMINAL_TASK_STATUSES } from '@cadre/protocol';
+import { TERMINAL_TASK_STATUSES, type TokenUsage } from '@cadre/protocol';
 import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 import { scrubError, type Logger } from '@cadre/observability';
-import { LEAD_WORKER_ID, unfinishedWorkerIds, type TaskRecord, type TaskStore, type TeamQueue } from '@cadre/store';
+import { LEAD_WORKER_ID, StoreError, unfinishedWorkerIds, type TaskRecord, type TaskStore, type TeamQueue } from '@cadre/store';
 
 /**
  * What a pass did to a task, and why: re-drove it (its lead's job was gone, or the job of a worker its lead waits
- * for), or failed it (its lead's job had ended, the task's end never recorded: nothing is left to run it).
+ * for, or its lead waited for workers that had all ended for good), or ended it (its lead's job had ended, the
+ * task's end never recorded: failed, or completed with the result the lead's job returned).
  */
-export type ReconcileReason = 'lead_job_lost' | 'worker_job_lost' | 'lead_job_ended';
-export const RECONCILE_ACTIONS: Record<ReconcileReason, 'redriven' | 'failed'> = { lead_job_lost: 'redriven', worker_job_lost: 'redriven', lead_job_ended: 'failed' };
+export type ReconcileReason = 'lead_job_lost' | 'worker_job_lost' | 'dependency_ended' | 'lead_job_ended' | 'lead_job_completed';
+export const RECONCILE_ACTIONS: Record<ReconcileReason, 'redriven' | 'failed' | 'completed'> = {
+  lead_job_lost: 'redriven', worker_job_lost: 'redriven', dependency_ended: 'redriven', lead_job_ended: 'failed', lead_job_completed: 'completed',
+};
 /** What found the task: a pass's walk of the unfinished sets, or a client reading it (ReadRepair). */
 export type ReconcileTrigger = 'pass' | 'read';
 
@@ -61,8 +64,11 @@ export interface ReconcilePass {
  *   unfinished workers whose jobs have not ended as the children (a job still there is linked to the lead again);
  * - the lead's job waits for its children and an unfinished worker's job is missing: that job is added again as
  *   the lead's child, so the lead still waits for it and synthesizes once;
+ * - the lead's job has waited (longer than `graceMs`) only for workers that have ended, each job failed or gone: it
+ *   is let go without them (`dependency_ended`), so it synthesizes once;
  * - the lead's job has ended (longer than `graceMs` ago) while the task has not: the end the lead's process wrote was
- *   lost, and the job cannot run again under its id, so the task fails (`lead_job_ended`).
+ *   lost, and the job cannot run again under its id, so the task completes with the result the job returned
+ *   (`lead_job_completed`) or fails (`lead_job_ended`).
  *
  * A worker whose roster entry has ended is never given a job again (and its claim would refuse it: worker_finished).
  * Job ids derive from task and worker, so passes in several gateways at once add each job once. A healthy task is
@@ -149,30 +155,77 @@ export class TaskReconciler {
     const unfinished = unfinishedWorkerIds(task.workers);
     const jobs = await queue.jobStates(taskId, [LEAD_WORKER_ID, ...unfinished]);
     const leadJob = jobs.get(LEAD_WORKER_ID)!;
-    const lead = leadJob.state;
     let reason: ReconcileReason | null = null;
-    if (lead === 'missing') {
+    if (leadJob.state === 'missing') {
       // A child whose job has ended is not waited for again (it would never end again); the lead's synthesize step
       // reads the workers' ends from the roster.
       await queue.enqueueTask(task, unfinished.filter((id) => jobs.get(id)!.state !== 'finished'));
       reason = 'lead_job_lost';
-    } else if (lead === 'waiting-children') {
+    } else if (leadJob.state === 'waiting-children') {
       const missing = unfinished.filter((id) => jobs.get(id)!.state === 'missing');
       if (missing.length > 0) {
         await queue.addWorkerJobs(taskId, missing);
         reason = 'worker_job_lost';
+      } else if (Date.now() - leadJob.since >= graceMs && (await this.releaseEndedChildren(task))) {
+        reason = 'dependency_ended';
       }
     } else if (leadJob.state === 'finished' && Date.now() - leadJob.finishedAt >= graceMs) {
       // The lead's job ended, and longer ago than its process takes to write the end (a lead writes the task's end
       // before its job ends; the worker that sees a job fail for good, after): that write was lost. The job cannot
-      // run again under its id, and running the lead again could redo a finished synthesis: the task fails, saying so.
-      const why = leadJob.how === 'failed' ? `failed (${(await queue.failedReasonOf(taskId, LEAD_WORKER_ID)) ?? 'no reason kept'})` : 'completed';
-      const message = `the lead's job ${why} but the task's end was never recorded (lost with a failover?)`;
-      await store.finishWorker(taskId, LEAD_WORKER_ID, '', { outcome: 'failed', reason: 'lead_job_ended', message }, { status: 'failed', reason: `lead_job_ended: ${message}` }, task.workspace_id);
-      reason = 'lead_job_ended';
+      // run again under its id, and running the lead again could redo a finished synthesis: the task ends with what
+      // the job left, a result it returned or a failure saying so. A task that ended meanwhile is refused: nothing to do.
+      reason = await this.recordLeadEnd(task, leadJob.how).catch((err: unknown) => {
+        if (err instanceof StoreError && (err.code === 'task_finished' || err.code === 'task_not_found')) return null;
+        throw err;
+      });
     }
     if (reason) this.deps.onReconciled?.(reason, trigger);
     return reason;
+  }
+
+  /**
+   * A lead waiting (longer than the grace) only for workers that have all ended for good, each job failed or gone: a
+   * failed child linked to it again by a stale read (BullMQ's duplicate rule SADDs a failed job into a new parent's
+   * dependencies, and it never leaves them) would hold it for ever. Those dependencies are let go, so the lead
+   * synthesizes once. False when the lead still waits for anything else.
+   */
+  private async releaseEndedChildren(task: TaskRecord): Promise<boolean> {
+    const { queue } = this.deps;
+    const ended = new Set(task.workers.filter((w) => w.status === 'completed' || w.status === 'failed').map((w) => w.worker_id));
+    const deps = await queue.leadDependencies(task.task_id);
+    if (deps.length === 0 || !deps.every((id) => id !== null && ended.has(id))) return false;
+    const states = await queue.jobStates(task.task_id, deps as string[]);
+    const failed = [...states].filter(([, s]) => s.state === 'finished' && s.how === 'failed').map(([id]) => id);
+    const gone = [...states].filter(([, s]) => s.state === 'missing').map(([id]) => id);
+    if (failed.length + gone.length < deps.length) return false;
+    await queue.releaseEndedChildren(task.task_id, failed, gone);
+    return true;
+  }
+
+  /**
+   * Writes the end of a task whose lead's job ended without it: completed with the result the job returned when its
+   * synthesis completed (the usage, the roster's), else failed, saying why.
+   */
+  private async recordLeadEnd(task: TaskRecord, how: 'completed' | 'failed'): Promise<ReconcileReason> {
+    const { store, queue } = this.deps;
+    const taskId = task.task_id;
+    if (how === 'completed') {
+      const returned = (await queue.returnValueOf(taskId, LEAD_WORKER_ID)) as { status?: unknown; result?: unknown } | null;
+      if (returned?.status === 'completed' && typeof returned.result === 'string') {
+        const usage = task.workers.reduce<TokenUsage>((sum, w) => ({
+          prompt_tokens: sum.prompt_tokens + (w.usage?.prompt_tokens ?? 0),
+          completion_tokens: sum.completion_tokens + (w.usage?.completion_tokens ?? 0),
+          total_tokens: sum.total_tokens + (w.usage?.total_tokens ?? 0),
+        }), { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
+        const lead = { outcome: 'completed', result: returned.result, usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 } } as const;
+        await store.finishWorker(taskId, LEAD_WORKER_ID, '', lead, { status: 'completed', result: returned.result, usage }, task.workspace_id);
+        return 'lead_job_completed';
+      }
+    }
+    const why = how === 'failed' ? `failed (${(await queue.failedReasonOf(taskId, LEAD_WORKER_ID)) ?? 'no reason kept'})` : 'completed';
+    const message = `the lead's job ${why} but the task's end was never recorded (lost with a failover?)`;
+    await store.finishWorker(taskId, LEAD_WORKER_ID, '', { outcome: 'failed', reason: 'lead_job_ended', message }, { status: 'failed', reason: `lead_job_ended: ${message}` }, task.workspace_id);
+    return 'lead_job_ended';
   }
 
   private async pass(): Promise<void> {
