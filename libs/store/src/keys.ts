@@ -125,6 +125,15 @@ export class KeyBuilder {
     return `${this.prefix}:tasks:enqueueing`;
   }
 
+  /** The task reconciler's turn (one pass per cluster per interval) and where its walk goes on. */
+  tasksReconcileTurn(): string {
+    return `${this.prefix}:tasks:reconcile:turn`;
+  }
+
+  tasksReconcilePlace(): string {
+    return `${this.prefix}:tasks:reconcile:place`;
+  }
+
   sessionsEnqueueing(): string {
     return `${this.prefix}:sessions:enqueueing`;
   }

@@ -354,6 +354,25 @@ export class TaskStore {
     return { next, taskIds };
   }
 
+  /** Takes the task reconciler's turn for `ms` (SET NX PX): true for the one process that got it. */
+  async takeReconcileTurn(holder: string, ms: number): Promise<boolean> {
+    return (await this.redis.set(this.keys.tasksReconcileTurn(), holder, 'PX', ms, 'NX')) === 'OK';
+  }
+
+  /** Where the task reconciler's walk goes on (its own JSON), kept for whichever process takes the next turn. */
+  async reconcilePlace(): Promise<string | null> {
+    return this.redis.get(this.keys.tasksReconcilePlace());
+  }
+
+  async setReconcilePlace(place: string): Promise<void> {
+    await this.redis.set(this.keys.tasksReconcilePlace(), place);
+  }
+
+  /** Takes a task that has ended, or whose record is gone, out of its workspace's unfinished set. */
+  async unlistUnfinished(workspaceId: string, taskId: string): Promise<void> {
+    await this.redis.srem(this.keys.workspaceTasks(workspaceId), taskId);
+  }
+
   /** Which of these tasks are still marked as being enqueued (their creation's enqueue is the enqueue sweeper's). */
   async beingEnqueued(taskIds: readonly string[]): Promise<Set<string>> {
     if (taskIds.length === 0) return new Set();

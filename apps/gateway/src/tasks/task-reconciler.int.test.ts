@@ -214,6 +214,48 @@ describe('TaskReconciler', () => {
     expect((await store.getTask(task.task_id))!.status).toBe('cancelled');
   });
 
+  it('takes one turn per cluster per interval, and whichever process takes the next goes on where the last stopped', async () => {
+    await fresh();
+    const lost: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const task = await createTask('w');
+      await loseJob(task.task_id, 'lead');
+      lost.push(task.task_id);
+    }
+    const [a, b] = [reconciler({ pageSize: 2, maxPerPass: 3 }), reconciler({ pageSize: 2, maxPerPass: 3 })];
+    const first = await a.turn();
+    expect(first).toMatchObject({ checked: 3 });
+    // The interval (60 s) has not passed: the other gateway, and this one, are refused the turn.
+    expect(await b.turn()).toBeNull();
+    expect(await a.turn()).toBeNull();
+    // The interval over (the turn's key expired), the other gateway goes on with the one task left.
+    await redis.del(keys.tasksReconcileTurn());
+    const second = await b.turn();
+    expect(second).toMatchObject({ checked: 1 });
+    expect([...first!.reconciled.lead_job_lost!, ...second!.reconciled.lead_job_lost!].sort()).toEqual([...lost].sort());
+  });
+
+  it('passes over a workspace it cannot read and goes on with the next', async () => {
+    await fresh();
+    const [a, c] = [await createTask('a'), await createTask('c')];
+    await Promise.all([loseJob(a.task_id, 'lead'), loseJob(c.task_id, 'lead')]);
+    // Workspace b's set cannot be read (here: a key of the wrong type, WRONGTYPE, as a slot without a master fails).
+    await redis.sadd(keys.workspaces(), 'b');
+    await redis.set(keys.workspaceTasks('b'), 'not a set');
+    expect(await reconciler().reconcile()).toEqual({ checked: 2, reconciled: { lead_job_lost: [a.task_id, c.task_id] }, errors: [], failedWorkspaces: ['b'] });
+  });
+
+  it('takes an ended task and one whose record is gone out of the unfinished set when it meets them', async () => {
+    await fresh();
+    const ended = await createTask('w');
+    await store.cancelTask(ended.task_id, 'a user');
+    // Its set's SREM (a separate write) was lost; another task's record is gone.
+    await redis.sadd(keys.workspaceTasks('w'), ended.task_id, 'tsk_gone');
+    expect(await reconciler().reconcile()).toEqual({ checked: 2, reconciled: {}, errors: [] });
+    expect(await redis.smembers(keys.workspaceTasks('w'))).toEqual([]);
+    expect(await reconciler().reconcile()).toEqual({ checked: 0, reconciled: {}, errors: [] });
+  });
+
   it('two reconcilers at once add a lost job once', async () => {
     await fresh();
     const task = await createTask('w', ['researcher']);

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { TERMINAL_TASK_STATUSES, type TokenUsage } from '@cadre/protocol';
 import { repeatPass, type RepeatedPass } from '@cadre/lifecycle';
 import { scrubError, type Logger } from '@cadre/observability';
@@ -44,19 +45,24 @@ interface Place {
 }
 const START: Place = { workspaceId: '', cursor: '0', leftover: [] };
 
-/** What a pass did: how many tasks it read, the ids of those it re-drove or failed by reason, and of those it could not reconcile. */
+/**
+ * What a pass did: how many tasks it read, the ids of those it re-drove or failed by reason, and of those it could not
+ * reconcile; the workspaces whose unfinished set it could not read (left for the next walk), if any.
+ */
 export interface ReconcilePass {
   checked: number;
   reconciled: Partial<Record<ReconcileReason, string[]>>;
   errors: string[];
+  failedWorkspaces?: string[];
 }
 
 /**
  * Re-adds the BullMQ jobs an unfinished team task needs when they are gone (or fails the task when it cannot). A task's record and log live in its
  * slot, its jobs in BullMQ's: Redis replicates asynchronously, so a failover can lose a job's add (or a flow's) that
- * the dying master acknowledged, and nothing would ever run the task again. Every `intervalMs` each gateway goes
- * through the unfinished tasks (the workspaces' sets stop-all uses), a bounded number per pass, going on where the
- * last pass stopped; for each task older than `graceMs` and not being enqueued still (the enqueue sweeper's), it
+ * the dying master acknowledged, and nothing would ever run the task again. Every `intervalMs` one gateway of the
+ * cluster (the one that takes the turn) goes through the unfinished tasks (the workspaces' sets stop-all uses), a
+ * bounded number per pass, going on where the last pass stopped (a workspace that cannot be read is passed over, an
+ * ended or vanished task taken out of its set); for each task older than `graceMs` and not being enqueued still (the enqueue sweeper's), it
  * reads the roster, then the jobs of the lead and of every worker that has not finished:
  *
  * - the lead's job is missing: it is added again (TeamQueue.enqueueTask) — a planned team's plan step, whose next
@@ -80,6 +86,8 @@ export class TaskReconciler {
   private readonly maxPerPass: number;
   private repeat: RepeatedPass | undefined;
   private place: Place = START;
+  /** Who holds the turn, in the turn's key. */
+  private readonly holder = randomUUID();
 
   constructor(deps: TaskReconcilerDeps) {
     this.deps = deps;
@@ -88,7 +96,9 @@ export class TaskReconciler {
   }
 
   start(): void {
-    this.repeat = repeatPass(() => this.pass(), { intervalMs: this.deps.intervalMs });
+    this.repeat = repeatPass(() => this.turn().catch((err: unknown) => {
+      this.deps.logger.error({ err: scrubError(err) }, 'task reconcile pass failed; the next pass tries again');
+    }), { intervalMs: this.deps.intervalMs });
   }
 
   /** Resolves once a pass in progress has settled. */
@@ -108,40 +118,52 @@ export class TaskReconciler {
     let i = workspaces.findIndex((ws) => ws >= this.place.workspaceId);
     let { cursor, leftover } = workspaces[i] === this.place.workspaceId ? this.place : START;
     this.place = START;
-    for (; i >= 0 && i < workspaces.length; i++, cursor = '0') {
+    for (; i >= 0 && i < workspaces.length; i++, cursor = '0', leftover = []) {
       const workspaceId = workspaces[i]!;
-      while (leftover.length > 0 || cursor !== null) {
-        if (leftover.length === 0) {
-          const page = await store.activeTaskPage(workspaceId, cursor!, this.pageSize);
-          leftover = page.taskIds;
-          cursor = page.next === '0' ? null : page.next;
+      try {
+        while (leftover.length > 0 || cursor !== null) {
+          if (leftover.length === 0) {
+            const page = await store.activeTaskPage(workspaceId, cursor!, this.pageSize);
+            leftover = page.taskIds;
+            cursor = page.next === '0' ? null : page.next;
+          }
+          const taskIds = leftover.slice(0, this.maxPerPass - result.checked);
+          leftover = leftover.slice(taskIds.length);
+          const enqueueing = await store.beingEnqueued(taskIds);
+          for (const taskId of taskIds) {
+            if (enqueueing.has(taskId)) continue;
+            // One task that cannot be re-driven (its job refused) does not hold up the others; the next walk retries it.
+            const reason = await this.reconcileById(taskId, workspaceId).catch((err: unknown) => {
+              result.errors.push(taskId);
+              if (result.errors.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
+              return null;
+            });
+            if (reason) (result.reconciled[reason] ??= []).push(taskId);
+          }
+          result.checked += taskIds.length;
+          if (result.checked >= this.maxPerPass) {
+            this.place = { workspaceId, cursor, leftover };
+            return result;
+          }
         }
-        const taskIds = leftover.slice(0, this.maxPerPass - result.checked);
-        leftover = leftover.slice(taskIds.length);
-        const enqueueing = await store.beingEnqueued(taskIds);
-        for (const taskId of taskIds) {
-          if (enqueueing.has(taskId)) continue;
-          // One task that cannot be re-driven (its job refused) does not hold up the others; the next walk retries it.
-          const reason = await this.reconcileById(taskId).catch((err: unknown) => {
-            result.errors.push(taskId);
-            if (result.errors.length === 1) this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not reconcile a task');
-            return null;
-          });
-          if (reason) (result.reconciled[reason] ??= []).push(taskId);
-        }
-        result.checked += taskIds.length;
-        if (result.checked >= this.maxPerPass) {
-          this.place = { workspaceId, cursor, leftover };
-          return result;
-        }
+      } catch (err) {
+        // A workspace whose slot does not answer (its set, the enqueue marks) does not hold up the ones after it: the
+        // pass goes on with the next, and the next walk reads this one again.
+        (result.failedWorkspaces ??= []).push(workspaceId);
+        if (result.failedWorkspaces.length === 1) this.deps.logger.warn({ workspaceId, err: scrubError(err) }, 'could not read a workspace\'s unfinished tasks');
       }
     }
     return result;
   }
 
-  private async reconcileById(taskId: string): Promise<ReconcileReason | null> {
+  private async reconcileById(taskId: string, workspaceId: string): Promise<ReconcileReason | null> {
     const task = await this.deps.store.getTask(taskId);
-    return task && this.reconcileTask(task, 'pass');
+    if (!task || TERMINAL_TASK_STATUSES.includes(task.status)) {
+      // Ended, its set's SREM lost (it is a separate write), or its record gone: not to be read again every pass.
+      await this.deps.store.unlistUnfinished(workspaceId, taskId);
+      return null;
+    }
+    return this.reconcileTask(task, 'pass');
   }
 
   /**
@@ -149,7 +171,7 @@ export class TaskReconciler {
    * this pass). A pass's decision, also made for a task a client reads (ReadRepair), with the task it read.
    */
   async reconcileTask(task: TaskRecord, trigger: ReconcileTrigger): Promise<ReconcileReason | null> {
-    const { queue, store, graceMs } = this.deps;
+    const { queue, graceMs } = this.deps;
     const taskId = task.task_id;
     if (TERMINAL_TASK_STATUSES.includes(task.status) || Date.now() - Date.parse(task.created_at) < graceMs) return null;
     const unfinished = unfinishedWorkerIds(task.workers);
@@ -228,12 +250,20 @@ export class TaskReconciler {
     return 'lead_job_ended';
   }
 
-  private async pass(): Promise<void> {
-    try {
-      const { checked, reconciled, errors } = await this.reconcile();
-      if (Object.keys(reconciled).length > 0 || errors.length > 0) this.deps.logger.warn({ checked, reconciled, errors }, 'reconciled unfinished tasks whose BullMQ jobs were lost');
-    } catch (err) {
-      this.deps.logger.error({ err: scrubError(err) }, 'task reconcile pass failed; the next pass tries again');
-    }
+  /**
+   * A pass, if this process takes the cluster's turn: one pass per cluster per interval (the turn is a `SET NX PX
+   * intervalMs` key, and each process tries again an interval after its last pass ended, as BullMQ's stalled-check
+   * lock goes), going on where the last pass of any process stopped. Null when another process has the turn.
+   */
+  async turn(): Promise<ReconcilePass | null> {
+    const { store, intervalMs, logger } = this.deps;
+    if (!(await store.takeReconcileTurn(this.holder, intervalMs))) return null;
+    const kept = await store.reconcilePlace();
+    if (kept) this.place = JSON.parse(kept) as Place;
+    const pass = await this.reconcile();
+    await store.setReconcilePlace(JSON.stringify(this.place));
+    const { checked, reconciled, errors, failedWorkspaces } = pass;
+    if (Object.keys(reconciled).length > 0 || errors.length > 0 || failedWorkspaces) logger.warn({ checked, reconciled, errors, failedWorkspaces }, 'reconciled unfinished tasks whose BullMQ jobs were lost');
+    return pass;
   }
 }
