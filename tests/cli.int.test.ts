@@ -321,6 +321,7 @@ describe('cadre', () => {
       expect(status.stdout).toContain(`gateway    ${stack.url}  (from ${join(project, '.cadre', 'gateway-url')})`);
       expect(status.stdout).toMatch(/healthy\s+yes\s+ready yes/);
       expect(status.stdout).toContain('workspace  default: 0 running, 0 queued task(s)');
+      expect(status.stdout).toMatch(/control\s+\S*not set\S*\s+\(stop-all\)/);
       expect(status.stdout + status.stderr).not.toContain(TEST_API_KEY);
 
       const noKey = await cadre(['task', 'list'], bare, tmpdir());
@@ -330,6 +331,10 @@ describe('cadre', () => {
       const noGateway = await cadre(['task', 'list'], { CADRE_URL: `http://127.0.0.1:${closed}` });
       expect(noGateway.code).toBe(1);
       expect(noGateway.stderr).toContain(`cannot reach a gateway at http://127.0.0.1:${closed} (ECONNREFUSED)`);
+      // status says why the gateway is not healthy, not only that it is not.
+      const down = await cadre(['status'], { CADRE_URL: `http://127.0.0.1:${closed}` });
+      expect(down.code).toBe(1);
+      expect(down.stdout).toMatch(/healthy\s+no\s+ready no\s+\(cannot reach it: ECONNREFUSED; set CADRE_URL/);
     } finally {
       rmSync(project, { recursive: true, force: true });
     }

@@ -11,7 +11,13 @@ export function statusCommand(program: Command, client: () => CadreClient): void
     .action(async (_opts: unknown, cmd: Command) => {
       const g = cmd.optsWithGlobals<{ json?: boolean; workspace: string }>();
       const c = client();
-      const probe = async (path: string): Promise<boolean> => fetch(`${c.config.url}${path}`).then((r) => r.ok, () => false);
+      // Why the gateway did not answer, when it did not (fetch names the socket error as its cause).
+      let unreachable: string | undefined;
+      const probe = async (path: string): Promise<boolean> => fetch(`${c.config.url}${path}`).then((r) => r.ok, (err: unknown) => {
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        unreachable = cause?.code ?? cause?.message ?? (err as Error).message;
+        return false;
+      });
       const [healthy, ready] = await Promise.all([probe('/healthz'), probe('/readyz')]);
       const count = async (status: string): Promise<number | null> => {
         if (!healthy || !c.config.apiKey) return null;
@@ -27,7 +33,7 @@ export function statusCommand(program: Command, client: () => CadreClient): void
       const [running, queued] = await Promise.all([count('running'), count('queued')]);
       const report = {
         url: c.config.url, board: `${c.config.url}/`, healthy, ready, workspace: g.workspace,
-        tasks: { running, queued }, sources: c.config.sources,
+        tasks: { running, queued }, sources: c.config.sources, ...(unreachable !== undefined && { unreachable }),
       };
       if (g.json) printJson(report);
       else {
@@ -35,9 +41,10 @@ export function statusCommand(program: Command, client: () => CadreClient): void
         process.stdout.write([
           `gateway    ${c.config.url}  (from ${c.config.sources.url})`,
           `board      ${report.board}`,
-          `healthy    ${yes(healthy)}   ready ${yes(ready)}`,
+          `healthy    ${yes(healthy)}   ready ${yes(ready)}${unreachable !== undefined ? `   (cannot reach it: ${unreachable}; set CADRE_URL, or start one with \`npm start\`)` : ''}`,
           `api key    ${c.config.apiKey ? `set (from ${c.config.sources.apiKey})` : pc.yellow('not set')}`,
           `runs key   ${c.config.runsKey ? `set (from ${c.config.sources.runsKey})` : pc.yellow('not set')}`,
+          `control    ${c.config.controlKey ? `set (from ${c.config.sources.controlKey})` : pc.yellow('not set')}  (stop-all)`,
           `workspace  ${g.workspace}: ${running ?? '?'} running, ${queued ?? '?'} queued task(s)`,
         ].join('\n') + '\n');
       }
