@@ -5,7 +5,7 @@
 // its end: completed, one terminal event, a contiguous log, no worker run twice, the re-drive counted.
 import { Queue } from 'bullmq';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AGENT_JOB_OPTIONS, AGENT_QUEUE, KeyBuilder, agentJobId } from '@cadre/store';
+import { AGENT_JOB_OPTIONS, AGENT_QUEUE, KeyBuilder, TeamQueue, agentJobId } from '@cadre/store';
 import { assertContiguous, httpClient, pollUntilTerminal, waitForEvent, waitUntil, type TestRedisClient } from '@cadre/testing';
 import { expectCompletedOnce, loseJob } from './support/lost-jobs.ts';
 import { Scrape } from './support/prometheus.ts';
@@ -18,8 +18,8 @@ let stack: TestStack;
 let redis: TestRedisClient;
 let queue: Queue;
 
-async function startStack(workers: number): Promise<void> {
-  stack = await TestStack.start({ workers, env: RECONCILE_ENV });
+async function startStack(workers: number, env: Record<string, string> = {}): Promise<void> {
+  stack = await TestStack.start({ workers, env: { ...RECONCILE_ENV, ...env } });
   redis = stack.redis.connect();
   queue = new Queue(AGENT_QUEUE, { connection: redis, prefix: new KeyBuilder(stack.prefix).bullPrefix() });
 }
@@ -119,5 +119,39 @@ describe('task reconciler', () => {
     for (const w of ['alpha-1', 'beta-2']) expect(events.find((e) => e.worker_id === w && e.event_type === 'worker_completed')!.seq).toBeLessThan(synthesis);
     expect(events.filter((e) => e.worker_id === 'lead' && e.event_type === 'worker_completed')).toHaveLength(1);
     expect(await reconciled('lead_job_lost')).toBe(1);
+  });
+
+  it('adds again the jobs of a planned team\'s workers lost right after its lead added them: the lead waits for them and synthesizes once', async () => {
+    // The pool runs in this process: its lead is held right after its workers' add has landed until the test has
+    // deleted their jobs, as a failover that lost that addBulk leaves them. One slot, so no worker runs meanwhile.
+    const add = TeamQueue.prototype.addWorkerJobs;
+    const added = Promise.withResolvers<void>();
+    const lost = Promise.withResolvers<void>();
+    let held = false;
+    TeamQueue.prototype.addWorkerJobs = async function (this: TeamQueue, ...args: Parameters<typeof add>) {
+      await add.apply(this, args);
+      if (held) return;
+      held = true;
+      added.resolve();
+      await lost.promise;
+    };
+    try {
+      await startStack(1, { WORKER_CONCURRENCY: '1' });
+      const taskId = await createTask({ goal: 'Plan a team [[scripted:spawn=alpha,beta]]' });
+      await added.promise;
+      for (const w of ['alpha-1', 'beta-2']) await loseJob(redis, queue, taskId, w);
+      lost.resolve();
+
+      const events = await expectCompletedOnce(stack.url, taskId, ['lead', 'alpha-1', 'beta-2']);
+      // One synthesis, after both workers had finished; the lead re-added their jobs itself, not the reconciler.
+      const syntheses = events.filter((e) => e.worker_id === 'lead' && e.event_type === 'worker_phase' && e.payload.phase === 'synthesizing');
+      expect(syntheses).toHaveLength(1);
+      for (const w of ['alpha-1', 'beta-2']) expect(events.find((e) => e.worker_id === w && e.event_type === 'worker_completed')!.seq).toBeLessThan(syntheses[0]!.seq);
+      expect(await reconciled('worker_job_lost')).toBe(0);
+      expect(await reconciled('lead_job_lost')).toBe(0);
+    } finally {
+      lost.resolve();
+      TeamQueue.prototype.addWorkerJobs = add;
+    }
   });
 });

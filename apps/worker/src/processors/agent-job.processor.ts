@@ -255,11 +255,24 @@ export class AgentJobProcessor {
   /**
    * Parks the lead until its children finish (the job comes back for its synthesize step), or returns at once if
    * they already have. The roster says `waiting` before BullMQ parks the job, so the job's next run resumes it.
-   * Returns the roster as the lead's reclaim read it (its workers all finished).
+   * Returns the roster as the lead's reclaim read it (its workers all finished, or their jobs not lost).
    */
   private async waitForChildren(job: Job<AgentJobData>, lease: string, task: TaskContext): Promise<WorkerView[]> {
     await this.deps.store.finishWorker(task.task_id, LEAD_WORKER_ID, lease, { outcome: 'waiting' });
-    if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
+    for (let round = 0; ; round++) {
+      if (await job.moveToWaitingChildren(lease)) throw new WaitingChildrenError();
+      // No child to wait for. A worker that has not ended and has no job had its add lost (a failover lost the
+      // addBulk its dying master acknowledged): add it again and wait again, a few rounds at most. Not a worker
+      // whose job has ended: BullMQ would link a failed job back, and the lead would wait for it for ever.
+      if (round === RELINK_ROUNDS) break;
+      const unfinished = unfinishedWorkerIds((await this.deps.store.getTask(task.task_id))?.workers ?? []);
+      if (unfinished.length === 0) break;
+      const jobs = await this.deps.queue.jobStates(task.task_id, unfinished);
+      const lost = unfinished.filter((id) => jobs.get(id)?.state === 'missing');
+      if (lost.length === 0) break;
+      this.deps.logger.warn({ taskId: task.task_id, workerIds: lost }, 'lead found its workers\' jobs missing: adding them again');
+      await this.deps.queue.addWorkerJobs(task.task_id, lost);
+    }
     return (await this.deps.store.claimWorker(task.task_id, LEAD_WORKER_ID, lease, this.deps.hostId)).team ?? [];
   }
 
@@ -370,6 +383,9 @@ export class AgentJobProcessor {
 
 /** An agent loop's outcome, or the lead's when it had nothing to combine. */
 type Outcome = AgentOutcome | { ok: false; reason: 'team_failed'; message: string; usage: TokenUsage; turns: number };
+
+/** How many times a lead with no child to wait for adds its workers' missing jobs again before it goes on. */
+const RELINK_ROUNDS = 3;
 
 /** A parked loop's snapshot plus the denials the policy made without asking. */
 type ResumeState = AgentSnapshot & { denials: (string | null)[] };
