@@ -10,6 +10,8 @@ import { daemonService, publicEndpoint } from './grpc/daemon.service.ts';
 import { kontekstAgentService } from './grpc/kontekst.service.ts';
 import { createGrpcServer } from './grpc/server.ts';
 import { grpcTelemetry } from './grpc/telemetry.ts';
+import { grpcAuthRefusals } from './grpc/auth-refusals.ts';
+import { AuthRefusalLog } from './auth-refusals.ts';
 import { buildHttpApp } from './http/app.ts';
 import { SseSessions } from './http/sse.ts';
 import { listenOnePort, type OnePortListener } from './net/one-port.ts';
@@ -166,9 +168,11 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   new Counter({ name: 'cadre_run_lease_expiries_total', help: 'Run leases expired (worker stopped heartbeating) by this gateway\'s heartbeats and sweeps', registers: [metrics], collect() { this.reset(); this.inc(runStore.leaseExpiries); } });
   new Counter({ name: 'cadre_run_requeues_total', help: 'Runs put back in their queue after a lease expiry by this gateway', registers: [metrics], collect() { this.reset(); this.inc(runStore.requeues); } });
 
+  const authRefusals = new AuthRefusalLog(logger, metrics);
   const http = buildHttpApp({
     logger,
     auth,
+    authRefusals,
     tasks,
     approvals,
     runs,
@@ -204,7 +208,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     })],
     shutdownGraceMs: config.shutdownGraceMs,
     maxConcurrentStreams: config.grpcMaxConcurrentStreams,
-    interceptors: [grpcTelemetry(metrics)],
+    interceptors: [grpcTelemetry(metrics), grpcAuthRefusals(authRefusals)],
   });
   const listener: OnePortListener = await listenOnePort({ port: config.port, host: config.host, httpServer: http.server, grpcInjector: grpc.injector });
   grpc.health.setServing();
@@ -234,6 +238,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     await listener.close();
     await fanout.close();
     await Promise.all([grpc.close(), http.close()]);
+    authRefusals.stop();
     // Fastify closes only servers it listened on itself; this one was handed its connections.
     http.server.closeAllConnections();
     await Promise.all([queue.close(), sessionQueue.close()]);

@@ -21,10 +21,14 @@ import { instrumentHttp } from './plugins/telemetry.plugin.ts';
 import { windiePlugin, type SocketCounter } from '../ws/windie.plugin.ts';
 import { checkResponsesAgainstHandlers } from './response-check.ts';
 import { lazyRequestLogger } from './request-logger.ts';
+import type { AuthRefusalLog } from '../auth-refusals.ts';
+import { logAuthRefusals } from './plugins/auth-refusals.plugin.ts';
 
 export interface HttpAppDeps extends RunRoutesDeps, SessionRoutesDeps {
   logger: Logger;
   auth: Authenticator;
+  /** Where every 401/403 (and refused /ws handshake) is logged and counted. */
+  authRefusals: AuthRefusalLog;
   tasks: TaskService;
   approvals: ApprovalService;
   sse: SseSessions;
@@ -108,7 +112,9 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   );
 
   instrumentHttp(app, deps.metrics);
-  // Per-request logs only at warn and above: polling, SSE reconnects and heartbeats would drown the rest.
+  logAuthRefusals(app, deps.authRefusals);
+  // Per-request logs only at warn and above: polling, SSE reconnects and heartbeats would drown the rest; a refused
+  // credential is logged by logAuthRefusals, rate-limited.
   app.register(healthRoutes, { ...deps, logLevel: 'warn' });
   app.register(taskRoutes, { ...deps, logLevel: 'warn' });
   app.register(approvalRoutes, { ...deps, logLevel: 'warn' });
@@ -117,7 +123,7 @@ export function buildHttpApp(deps: HttpAppDeps): FastifyInstance {
   app.register(sessionRoutes, { ...deps, logLevel: 'warn' });
   app.register(queueAdminPlugin, { ...deps, logLevel: 'warn' });
   app.register(windiePlugin, {
-    sessions: deps.sessions, auth: deps.auth, logger: deps.logger, models: deps.models, defaultWorkspace: 'windie', logLevel: 'warn',
+    sessions: deps.sessions, auth: deps.auth, refusals: deps.authRefusals, logger: deps.logger, models: deps.models, defaultWorkspace: 'windie', logLevel: 'warn',
     ...(deps.wsSockets && { sockets: deps.wsSockets }),
   });
   return app;

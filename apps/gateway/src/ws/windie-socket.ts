@@ -83,13 +83,15 @@ export class WindieSocket {
   private closed = false;
   private readonly handshakeTimer: NodeJS.Timeout;
 
-  constructor(deps: WindieSocketDeps, socket: WebSocket, authorization: string | undefined) {
+  /** `onRefused`: the handshake's key was refused (the socket is closed 1008 with the reason). */
+  constructor(deps: WindieSocketDeps, socket: WebSocket, authorization: string | undefined, onRefused?: (err: ApiError) => void) {
     this.deps = deps;
     this.socket = socket;
     this.settings = { selected_model_id: deps.models[0]!, interaction_mode: 'agent', provider_api_keys: {} };
     try {
       this.principal = deps.auth.authenticate(authorization);
     } catch (err) {
+      if (err instanceof ApiError) onRefused?.(err);
       this.close(POLICY_VIOLATION, err instanceof ApiError ? err.message : 'unauthenticated');
     }
     this.handshakeTimer = setTimeout(() => this.close(POLICY_VIOLATION, 'no handshake'), deps.handshakeTimeoutMs ?? 10_000);

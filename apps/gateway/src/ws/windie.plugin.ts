@@ -1,5 +1,6 @@
 import websocket from '@fastify/websocket';
 import type { FastifyPluginAsync } from 'fastify';
+import type { AuthRefusalLog } from '../auth-refusals.ts';
 import { GATEWAY_SHUTTING_DOWN } from '../errors.ts';
 import { GOING_AWAY, WindieSocket, type WindieSocketDeps } from './windie-socket.ts';
 
@@ -13,7 +14,7 @@ export interface SocketCounter {
 }
 
 /** GET /ws upgrades to the WindieOS agent socket on the gateway's port. */
-export const windiePlugin: FastifyPluginAsync<WindieSocketDeps & { sockets?: SocketCounter }> = async (app, deps) => {
+export const windiePlugin: FastifyPluginAsync<WindieSocketDeps & { sockets?: SocketCounter; refusals?: AuthRefusalLog }> = async (app, deps) => {
   await app.register(websocket, {
     options: { maxPayload: MAX_MESSAGE_BYTES },
     // A draining gateway tells every socket it is going away (the plugin's own close sends no code), so WindieOS
@@ -26,6 +27,12 @@ export const windiePlugin: FastifyPluginAsync<WindieSocketDeps & { sockets?: Soc
   app.get('/ws', { websocket: true }, (socket, request) => {
     deps.sockets?.onOpen();
     socket.once('close', () => deps.sockets?.onClose());
-    new WindieSocket(deps, socket, request.headers.authorization);
+    // A refused key closes the socket after the upgrade (1008), so the HTTP hook never sees it: logged here.
+    new WindieSocket(deps, socket, request.headers.authorization, (err) => {
+      if (err.code !== 'unauthenticated' && err.code !== 'permission_denied') return;
+      deps.refusals?.record({
+        edge: 'ws', route: '/ws', status: 'close 1008', forbidden: err.code === 'permission_denied', client: request.ip, credentials: (header) => request.headers[header],
+      });
+    });
   });
 };
