@@ -205,6 +205,32 @@ describe('Kubernetes manifests', () => {
     expect(workerConfig(envValues(deploymentEnv(manifests, 'cadre-worker'))).redis?.mode).toBe(mode);
   });
 
+  // A probe on a port the container does not declare, or one its app does not listen on, fails every time: the
+  // kubelet would restart a healthy pod and never call it ready.
+  it.each(['base', ...OVERLAYS])('%s probes each Deployment: liveness /healthz, readiness /readyz, on the port its app serves them on', (target) => {
+    const manifests = render(join(K8S, target));
+    type Probe = { httpGet: { path: string; port: string | number }; periodSeconds: number; failureThreshold: number };
+    type Probed = Container & { ports: { name: string; containerPort: number }[]; livenessProbe?: Probe; readinessProbe?: Probe };
+    const served: Record<string, number> = {
+      'cadre-gateway': gatewayConfig(envValues(deploymentEnv(manifests, 'cadre-gateway'))).port,
+      'cadre-worker': workerConfig(envValues(deploymentEnv(manifests, 'cadre-worker'))).metricsPort,
+    };
+    for (const [deployment, port] of Object.entries(served)) {
+      const [container] = containers(manifests.filter((m) => m.kind === 'Deployment' && m.metadata.name === deployment)) as Probed[];
+      for (const [probe, path] of [['livenessProbe', '/healthz'], ['readinessProbe', '/readyz']] as const) {
+        const where = `${target} ${deployment} ${probe}`;
+        const get = container![probe]?.httpGet;
+        expect(get?.path, where).toBe(path);
+        const named = container!.ports.find((p) => p.name === get!.port);
+        expect(typeof get!.port === 'number' ? get!.port : named?.containerPort, where).toBe(port);
+      }
+      expect(port, deployment).toBeGreaterThan(0);
+      // Liveness gives up later than readiness: a slow moment takes a pod out of rotation before it restarts it.
+      const window = (p: Probe): number => p.periodSeconds * p.failureThreshold;
+      expect(window(container!.livenessProbe!), deployment).toBeGreaterThan(window(container!.readinessProbe!));
+    }
+  });
+
   // The worker runs model code and tools: it must not hold the keys that open the API and stop every run.
   it.each(['base', ...OVERLAYS])('%s gives each Deployment only variables its own app reads (no other app\'s keys)', (target) => {
     const manifests = render(join(K8S, target));

@@ -29,6 +29,7 @@ export class HeartbeatLoop {
   private readonly opts: HeartbeatLoopOptions;
   private intervalMs: number;
   private failures = 0;
+  private beaten = false;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private running = false;
   private inFlight: Promise<void> | null = null;
@@ -54,6 +55,11 @@ export class HeartbeatLoop {
     this.timer = null;
     this.abort.abort();
     await this.inFlight;
+  }
+
+  /** Whether the last beat reached the gateway (false before the first one answers). */
+  get reachable(): boolean {
+    return this.beaten && this.failures === 0;
   }
 
   /** Acknowledges an applied command on the next beat. */
@@ -89,6 +95,7 @@ export class HeartbeatLoop {
     }
     if (this.failures > 0) this.opts.logger.info({ failures: this.failures }, 'gateway reachable again');
     this.failures = 0;
+    this.beaten = true;
     for (const id of acked) this.pendingAcks.delete(id);
     if (Number.isFinite(res.heartbeat_interval_ms) && res.heartbeat_interval_ms > 0) this.intervalMs = res.heartbeat_interval_ms;
     try {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { createModelClient } from '@cadre/agent';
 import { configOrExit, exitForConfig, listenProblem } from '@cadre/config';
 import { onShutdown } from '@cadre/lifecycle';
-import { createLogger, serveMetrics } from '@cadre/observability';
+import { createLogger, serveMetrics, type Readiness } from '@cadre/observability';
 import { vmAgentConfig } from './config.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { HeartbeatLoop } from './heartbeat.ts';
@@ -58,9 +58,14 @@ const heartbeat: HeartbeatLoop = new HeartbeatLoop({
   onResponse: (res) => executor.handle(res),
 });
 const executor = new RunExecutor({ client, model, logger, config: { ...config, workdir }, ack: (id) => heartbeat.ack(id), observer: metrics.observer, onRunEnded: metrics.onRunEnded });
+// Ready while its heartbeats reach the gateway and it is not draining (it takes runs only then).
+async function readiness(): Promise<Readiness> {
+  if (draining) return { ready: false, reason: 'draining' };
+  return heartbeat.reachable ? { ready: true } : { ready: false, reason: 'gateway_unreachable' };
+}
 const metricsServer =
   config.metricsPort > 0
-    ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics.registry }).catch((err: unknown) => {
+    ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics.registry, readiness }).catch((err: unknown) => {
         const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'VM_AGENT_METRICS_PORT', hostVariable: 'VM_AGENT_METRICS_HOST' });
         if (problem) exitForConfig('vm-agent', [problem]);
         throw err;

@@ -4,6 +4,7 @@ import { onShutdown } from '@cadre/lifecycle';
 import { createLogger, exitOnCrash, scrubError } from '@cadre/observability';
 import { checkRedisAccess, RedisAccessError } from '@cadre/store';
 import { workerConfig } from './config.ts';
+import { WorkerProbes } from './probes.ts';
 import { startWorkerPool } from './worker-pool.ts';
 
 // Composition root: config → logger → worker pool → drain on a signal.
@@ -18,6 +19,13 @@ const missing = Object.entries(required).filter(([, [value]]) => !value);
 if (missing.length > 0) exitForConfig('worker', missing.map(([name, [, what]]) => `${name}: required: ${what} (npm start sets it up for you)`));
 const logger = createLogger({ name: 'worker', level: config.logLevel });
 exitOnCrash(logger);
+// /healthz, /readyz and /metrics answer from here on, while Redis is still being reached (/readyz: 503 `starting`).
+const probes = await WorkerProbes.start(config).catch((err: unknown) => {
+  const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'WORKER_METRICS_PORT', hostVariable: 'WORKER_METRICS_HOST' });
+  if (problem) exitForConfig('worker', [problem]);
+  logger.fatal({ err: scrubError(err) }, 'worker could not serve its probes');
+  process.exit(1);
+});
 // A Redis that refuses the password or the database, or whose ACL refuses the store its functions, is a configuration
 // problem: one line naming the variable (never the password). One it cannot reach is waited for, and said every ~10 s.
 await checkRedisAccess(config.redis!, { onUnreachable: (problem) => logger.warn(problem) }).catch((err: unknown) => {
@@ -27,9 +35,8 @@ await checkRedisAccess(config.redis!, { onUnreachable: (problem) => logger.warn(
 const pool = await startWorkerPool(
   { ...config, redis: config.redis!, openaiBaseUrl: config.openaiBaseUrl!, openaiApiKey: config.openaiApiKey! },
   logger,
+  probes,
 ).catch((err: unknown) => {
-  const problem = listenProblem(err, { port: config.metricsPort, host: config.metricsHost, portVariable: 'WORKER_METRICS_PORT', hostVariable: 'WORKER_METRICS_HOST' });
-  if (problem) exitForConfig('worker', [problem]);
   // Not rethrown: Node would print the error object, with whatever arguments a library attached to it.
   logger.fatal({ err: scrubError(err) }, 'worker could not start');
   process.exit(1);

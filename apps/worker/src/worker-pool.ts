@@ -3,10 +3,11 @@ import { Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Counter, Histogram, Gauge } from 'prom-client';
 import { createModelClient } from '@cadre/agent';
 import { awaitWithin } from '@cadre/lifecycle';
-import { agentMetrics, approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, logInboxFailure, scrubError, serveMetrics, sessionTurnMetrics, type Logger } from '@cadre/observability';
+import { agentMetrics, approvalMetrics, bullmqTelemetry, eventsAppendedMetric, logInboxFailure, scrubError, sessionTurnMetrics, type Logger, type Readiness } from '@cadre/observability';
 import { SESSION_TURN_JOB, SessionQueue, TurnRunner, type SessionJobData, type SessionTurnJobData } from '@cadre/session';
 import { AGENT_QUEUE, KeyBuilder, LEAD_WORKER_ID, SessionStore, StoreError, ApprovalStore, TaskStore, TeamQueue, connectRedis, endConnection, eventsAppended, type AgentJobData, type RedisClient } from '@cadre/store';
 import { CancelRegistry } from './cancel-registry.ts';
+import { WorkerProbes } from './probes.ts';
 import { AgentJobProcessor, type AgentJobResult } from './processors/agent-job.processor.ts';
 import { SessionJobProcessor, failedByStallCheck, failedTurnError, type SessionJobResult } from './processors/session-job.processor.ts';
 import { SHUTDOWN_HAND_BACK_MS, type HandBackReason } from './processors/hand-back.ts';
@@ -37,8 +38,13 @@ const CLOSE_CUT_MS = 1_000;
 
 type PoolConfig = WorkerConfig & { redis: RedisTarget; openaiBaseUrl: string; openaiApiKey: string };
 
-/** A BullMQ worker running agent jobs, plus the cancel listener and metrics endpoint around it. */
-export async function startWorkerPool(config: PoolConfig, logger: Logger): Promise<WorkerPool> {
+/**
+ * A BullMQ worker running agent jobs, plus the cancel listener and the metrics and probes endpoint around it.
+ * `probes`: already serving (main.ts starts them before Redis is reached); started here when not given. The pool
+ * closes them last.
+ */
+export async function startWorkerPool(config: PoolConfig, logger: Logger, given?: WorkerProbes): Promise<WorkerPool> {
+  const probes = given ?? (await WorkerProbes.start(config));
   const keys = new KeyBuilder(config.keyPrefix);
   const onRedisError = (err: Error): void => logger.warn({ err: scrubError(err) }, 'redis connection error');
   const redis = connectRedis(config.redis, 'cadre-worker', { onError: onRedisError });
@@ -46,7 +52,7 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   const store = new TaskStore({ redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask });
   const telemetry = bullmqTelemetry();
   const queue = new TeamQueue({ connection: redis, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
-  const metrics = createMetricsRegistry('worker');
+  const metrics = probes.registry;
   // The worker decides approvals at their deadlines (team workers' and sessions'): those decisions count here.
   const approvals = new ApprovalStore({
     redis, keys, retentionSec: config.retentionSec, maxEventsPerTask: config.maxEventsPerTask, onDecided: approvalMetrics(metrics),
@@ -185,13 +191,22 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
   });
   turnSweeper.start();
 
-  const metricsServer = config.metricsPort > 0 ? await serveMetrics({ port: config.metricsPort, host: config.metricsHost, registry: metrics }) : undefined;
+  let draining = false;
+  // Ready while BullMQ's worker runs and both connections (jobs and writes; cancels) are ready and Redis answers.
+  probes.attach(async (): Promise<Readiness> => {
+    if (draining) return { ready: false, reason: 'draining' };
+    if (!worker.isRunning()) return { ready: false, reason: 'worker_stopped' };
+    if (redis.status !== 'ready' || subscriber.status !== 'ready') return { ready: false, reason: 'redis_unavailable' };
+    const pong = await awaitWithin(redis.ping(), 1_000);
+    return pong?.value === 'PONG' ? { ready: true } : { ready: false, reason: 'redis_unavailable' };
+  });
   logger.info({ concurrency: config.concurrency, hostId: config.hostId, metricsPort: config.metricsPort || undefined }, 'worker pool ready');
 
   return {
-    metricsPort: metricsServer ? (metricsServer.address() as { port: number }).port : undefined,
+    metricsPort: probes.port,
     runningLoops: () => cancels.size(),
     async close(graceMs = config.shutdownGraceMs) {
+      draining = true;
       const sweepStopped = turnSweeper.stop();
       // worker.close() stops fetching and waits for running jobs; after the grace period the loops are aborted,
       // which makes each processor hand its job back (moveToWait) before close() resolves.
@@ -215,12 +230,12 @@ export async function startWorkerPool(config: PoolConfig, logger: Logger): Promi
       }
       clearTimeout(deadline);
       cancels.stop();
-      metricsServer?.close();
       await settlesWithin(Promise.all([queue.close(), sessionQueue.close(), sweepStopped]), Math.max(0, cutAt - Date.now()));
       // QUIT is a command too: it waits for a Redis that is down, so it gets what is left of the bound.
       await Promise.all([subscriber, redis].map(async (client) => {
         if (!(await settlesWithin(client.quit(), Math.max(0, cutAt - Date.now())))) client.disconnect();
       }));
+      probes.close();
       return { workerClosed };
     },
   };

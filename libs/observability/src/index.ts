@@ -1,5 +1,5 @@
 export { createLogger, logInboxFailure, type Logger } from './logger.ts';
-export { createMetricsRegistry, serveMetrics, agentMetrics, approvalMetrics, eventsAppendedMetric, sessionTurnMetrics, sessionTurnEnds, BoundedLabel, type MetricsRegistry } from './metrics.ts';
+export { createMetricsRegistry, serveMetrics, agentMetrics, approvalMetrics, eventsAppendedMetric, sessionTurnMetrics, sessionTurnEnds, BoundedLabel, type MetricsRegistry, type Readiness } from './metrics.ts';
 export {
   startTracing,
   tracingRequested,

@@ -23,13 +23,27 @@ export function createMetricsRegistry(app: string): Registry {
   return registry;
 }
 
+/** What `/readyz` answers: ready, or not with a short reason (`starting`, `redis_unavailable`, `draining`, ...). */
+export type Readiness = { ready: true } | { ready: false; reason: string };
+
 /**
- * `/metrics` on a port of its own, for processes that serve nothing else (worker, vm-agent). Port 0 picks a free
+ * `/metrics`, `/healthz` and `/readyz` on a port of its own, for processes that serve nothing else (worker,
+ * vm-agent). The probes answer as the gateway's do: `/healthz` 200 `{"status":"ok"}` while the process and its event
+ * loop answer; `/readyz` 200 `{"status":"ready"}`, or 503 `{"status":"not_ready","reason":...}`. Port 0 picks a free
  * one (tests); the bound port is on `address()`.
  */
-export async function serveMetrics(opts: { port: number; host: string; registry: Registry }): Promise<http.Server> {
+export async function serveMetrics(opts: { port: number; host: string; registry: Registry; readiness: () => Promise<Readiness> }): Promise<http.Server> {
+  const json = (res: http.ServerResponse, status: number, body: object): void =>
+    void res.writeHead(status, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify(body));
   const server = http.createServer((req, res) => {
-    if (req.method !== 'GET' || req.url?.split('?')[0] !== '/metrics') return void res.writeHead(404).end();
+    const path = req.url?.split('?')[0];
+    if (req.method !== 'GET') return void res.writeHead(404).end();
+    if (path === '/healthz') return json(res, 200, { status: 'ok' });
+    if (path === '/readyz') {
+      return void opts.readiness().catch((): Readiness => ({ ready: false, reason: 'check_failed' })).then((r) =>
+        r.ready ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'not_ready', reason: r.reason }));
+    }
+    if (path !== '/metrics') return void res.writeHead(404).end();
     opts.registry.metrics().then(
       (body) => res.writeHead(200, { 'content-type': opts.registry.contentType }).end(body),
       () => res.writeHead(500).end(),
