@@ -1,5 +1,6 @@
 // What a failover's lost BullMQ writes leave (a task's jobs gone, its record kept), made by deleting keys, and what a
-// user must then see of the task (tests/task-reconcile.int.test.ts, tests/task-read-repair.int.test.ts).
+// user must then see of the task (tests/task-reconcile.int.test.ts, tests/task-read-repair.int.test.ts); a session turn's
+// job lost the same way (tests/session-read-repair.int.test.ts).
 import type { Queue } from 'bullmq';
 import { expect } from 'vitest';
 import type { TeamEvent } from '@cadre/protocol';
@@ -11,7 +12,11 @@ import { assertContiguous, httpClient, pollUntilTerminal, type TestRedisClient }
  * set of the queue, and its entry in its parent's dependencies.
  */
 export async function loseJob(redis: TestRedisClient, queue: Queue, taskId: string, workerId: string): Promise<void> {
-  const jobId = agentJobId(taskId, workerId);
+  await loseJobById(redis, queue, agentJobId(taskId, workerId));
+}
+
+/** loseJob for any job of the queue, by its id (a session turn's: turnJobId). */
+export async function loseJobById(redis: TestRedisClient, queue: Queue, jobId: string): Promise<void> {
   const jobKey = queue.toKey(jobId);
   const parentKey = await redis.hget(jobKey, 'parentKey');
   const k = queue.keys;

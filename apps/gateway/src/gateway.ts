@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram } from 'prom-client';
 import { awaitWithin } from '@cadre/lifecycle';
 import { approvalMetrics, bullmqTelemetry, createMetricsRegistry, eventsAppendedMetric, logInboxFailure, scrubError, sessionTurnEnds, type Logger } from '@cadre/observability';
-import { SessionEngine, SessionQueue } from '@cadre/session';
+import { SessionEngine, SessionQueue, SessionReadRepair } from '@cadre/session';
 import { AGENT_QUEUE, EventFanout, KeyBuilder, RunStore, SessionStore, ApprovalStore, TaskStore, TeamQueue, eventsAppendedOver, type LoggedEvent } from '@cadre/store';
 import { ApprovalService } from './approvals/approval-service.ts';
 import { Authenticator } from './auth.ts';
@@ -105,8 +105,15 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
   });
   const sessionQueue = new SessionQueue({ connection: bullConnection, keys, telemetry, onError: (err) => logger.warn({ err: scrubError(err) }, 'bullmq queue error') });
   const sessionStore = new SessionStore({ redis, keys, retentionSec: config.retentionSec, idleTtlSec: config.sessionIdleTtlSec, maxEventsPerSession: config.maxEventsPerTask, inbox: approvalStore });
+  const sessionsRepaired = new Counter({
+    name: 'cadre_session_turns_repaired_total',
+    help: 'Running session turns whose BullMQ job was lost (a failover), added again by this gateway when a client read, watched or messaged the stuck session (session read repair)',
+    registers: [metrics],
+  });
+  const sessionRepair = new SessionReadRepair({ store: sessionStore, queue: sessionQueue, graceMs: config.enqueueGraceMs, logger, onRepaired: () => sessionsRepaired.inc() });
   const sessions = new SessionEngine({
     store: sessionStore,
+    repair: sessionRepair,
     turns: sessionTurnEnds(metrics),
     queue: sessionQueue,
     fanout,
@@ -234,6 +241,7 @@ export async function startGateway(config: GatewayConfig & { redis: RedisTarget 
     // Not awaited, as the sweepers: a pass waiting on a Redis that is down would hold the drain up.
     void reconciler.stop();
     readRepair.stop();
+    sessionRepair.stop();
     grpc.health.setNotServing();
     await listener.close();
     await fanout.close();

@@ -6,6 +6,7 @@ export { TurnRunner, type ClaimedTurn, type TurnRunnerDeps, type TurnRunOutcome,
 export { SessionQueue, SESSION_TURN_JOB, TOOL_DEADLINE_JOB, APPROVAL_DEADLINE_JOB, turnJobId, deadlineJobId, approvalDeadlineJobId, type SessionJobData, type SessionTurnJobData, type FailedTurnJob, type FailedSetCursor, type ToolDeadlineJobData, type ApprovalDeadlineJobData } from './session-queue.ts';
 export { approvalRules } from './approvals.ts';
 export { approvalView, type SessionApprovalView } from '@cadre/store';
+export { SessionReadRepair, type SessionReadRepairDeps } from './session-read-repair.ts';
 export { SessionEngineError, type SessionErrorCode } from './errors.ts';
 export { SESSION_LIMITS } from './limits.ts';
 export { clientTools, IMAGE_TYPES, type ImageInput, type ToolInput } from './validate.ts';

@@ -7,6 +7,7 @@ import { afterDecision, approvalRules } from './approvals.ts';
 import { SessionEngineError, invalid } from './errors.ts';
 import { SESSION_LIMITS as L } from './limits.ts';
 import { changeAndEnqueue, type SessionQueue } from './session-queue.ts';
+import type { SessionReadRepair } from './session-read-repair.ts';
 import type { TranscriptMessage } from './transcript.ts';
 import type { TurnObserver } from './turn-runner.ts';
 import { turnSeconds } from './turn-seconds.ts';
@@ -74,6 +75,8 @@ export interface SessionEngineDeps {
   defaultMaxContextTokens?: number;
   /** Hears of every turn a cancel, abort or close ends here (outcome `cancelled`, its duration): the gateway's session metrics. */
   turns?: Pick<TurnObserver, 'turnEnded'>;
+  /** Hears of each session a client reads, watches or is refused a turn in (a stuck turn whose job was lost is repaired). */
+  repair?: Pick<SessionReadRepair, 'seen' | 'refused'>;
 }
 
 const WORKSPACE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -133,6 +136,7 @@ export class SessionEngine {
     const session = await this.deps.store.getSession(sessionId);
     if (session) this.workspaces.set(sessionId, session.workspace_id);
     if (!session || !visible(scope, session.workspace_id)) throw notFound(sessionId);
+    this.deps.repair?.seen(sessionId, session.status, Date.parse(session.updated_at));
     return session;
   }
 
@@ -146,10 +150,16 @@ export class SessionEngine {
     const images = imageUrls(input.images ?? []);
     await this.writeAccess(scope, sessionId);
     // The turn's trace: its job (BullMQ's producer and consumer spans) and everything that resumes it hang below.
-    await inSpan('user_message', { attributes: { session_id: sessionId, 'cadre.message_id': messageId } }, () => this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
-      message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
-      ...(images.length > 0 && { image_urls: images }),
-    })), (wake) => wake));
+    try {
+      await inSpan('user_message', { attributes: { session_id: sessionId, 'cadre.message_id': messageId } }, () => this.wake(sessionId, () => this.mapped(this.deps.store.startTurn(sessionId, {
+        message_id: messageId, content: input.content, ...(tools && { tools }), ...(input.system_context && { system_context: input.system_context }),
+        ...(images.length > 0 && { image_urls: images }),
+      })), (wake) => wake));
+    } catch (err) {
+      // The turn in the way may be one whose job was lost: nothing else would ever end it.
+      if (err instanceof SessionEngineError && err.code === 'turn_in_progress') this.deps.repair?.refused(sessionId);
+      throw err;
+    }
     return { message_id: messageId };
   }
 
@@ -400,6 +410,7 @@ export class SessionEngine {
       throw head && visible(scope, head.workspace_id) ? err : notFound(sessionId);
     });
     if (!page || !visible(scope, page.workspace_id)) throw notFound(sessionId);
+    this.deps.repair?.seen(sessionId, page.status, page.updated_ms);
     return { events: page.events, next_after_seq: page.events.at(-1)?.seq ?? afterSeq };
   }
 
@@ -412,6 +423,7 @@ export class SessionEngine {
     const head = await this.deps.store.sessionHead(sessionId);
     if (head) this.workspaces.set(sessionId, head.workspace_id);
     if (!head || !visible(scope, head.workspace_id)) throw notFound(sessionId);
+    this.deps.repair?.seen(sessionId, head.status, head.updated_ms);
     if (afterSeq > head.last_seq) throw new StoreError('cursor_ahead', `after_seq ${afterSeq} is ahead of session ${sessionId}'s log (last seq ${head.last_seq})`);
     if (afterSeq === head.last_seq && head.status === 'closed') return null;
     return this.deps.fanout.watch(this.deps.store.sessionLog(sessionId), afterSeq);

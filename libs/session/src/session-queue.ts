@@ -89,6 +89,20 @@ export class SessionQueue {
     await this.queue.add(SESSION_TURN_JOB, { sessionId, wake }, { ...JOB_OPTIONS, jobId: turnJobId(sessionId, wake) });
   }
 
+  /**
+   * Adds the turn's job again if a failover lost it (its add or its move acknowledged by a master that died): true if
+   * it did. Lost: no job hash, or a hash in none of the queue's lists and sets (then it goes first, or the add, by
+   * the same id, would add nothing). A job that is there (waiting, active, delayed, even finished) is left as it is.
+   */
+  async enqueueLostTurn(sessionId: string, wake: number): Promise<boolean> {
+    const jobId = turnJobId(sessionId, wake);
+    const [exists, state] = await Promise.all([this.redis.exists(this.queue.toKey(jobId)), this.queue.getJobState(jobId)]);
+    if (exists === 1 && state !== 'unknown') return false;
+    if (exists === 1 && (await this.queue.remove(jobId)) === 0) return false;
+    await this.enqueueTurn(sessionId, wake);
+    return true;
+  }
+
   /** A delayed job, not a sleeping process: waiting for a client costs no worker slot. */
   async scheduleDeadline(sessionId: string, toolCallId: string, delayMs: number, timeoutMs: number): Promise<void> {
     await this.queue.add(TOOL_DEADLINE_JOB, { sessionId, toolCallId, timeoutMs }, { ...DEADLINE_JOB_OPTIONS, jobId: deadlineJobId(sessionId, toolCallId), delay: Math.max(0, delayMs) });

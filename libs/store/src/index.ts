@@ -1,6 +1,6 @@
 export { KeyBuilder, type TaskKeys } from './keys.ts';
 export { StoreError, type StoreErrorCode } from './errors.ts';
-export { RecentMap } from './recent-map.ts';
+export { RecentMap, ThrottledChecks } from './recent-map.ts';
 export { TaskStore, workerIdFor, idempotentTaskId, type ClaimResult, type WorkerOutcome, type TaskOutcome, type EventPage, type TaskStoreOptions } from './task-store.ts';
 export * from './task-types.ts';
 export { EventFanout, GATEWAY_SHUTTING_DOWN, LogWatcher, WatchClosedError, type FanoutLogger, type FanoutOptions, type LoggedEvent, type WatchableLog } from './event-fanout.ts';

@@ -24,3 +24,33 @@ export class RecentMap<K, V> {
     if (this.kept.size > this.limit) this.kept.delete(this.kept.keys().next().value!);
   }
 }
+
+/**
+ * Read repair's background checks: `check(key)` started off the caller's path, at most once per key per `periodMs`
+ * on this process (the last `limit` keys checked are remembered, so memory is bounded however many ids are read),
+ * its failure handed to `onError`; none starts once stopped (one already started ends by itself).
+ */
+export class ThrottledChecks {
+  private readonly opts: { periodMs: number; limit: number; check: (key: string) => Promise<void>; onError: (key: string, err: unknown) => void };
+  /** When each key was last checked (ms). */
+  private readonly lastChecked: RecentMap<string, number>;
+  private stopped = false;
+
+  constructor(opts: ThrottledChecks['opts']) {
+    this.opts = opts;
+    this.lastChecked = new RecentMap(opts.limit);
+  }
+
+  /** Starts a check of `key` unless one started within the period. */
+  run(key: string, now = Date.now()): void {
+    if (this.stopped) return;
+    const last = this.lastChecked.get(key);
+    if (last !== undefined && now - last < this.opts.periodMs) return;
+    this.lastChecked.set(key, now);
+    this.opts.check(key).catch((err: unknown) => this.opts.onError(key, err));
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+}

@@ -38,6 +38,8 @@ export interface TurnCommit {
 export interface SessionEventPage {
   workspace_id: string;
   status: SessionStatus;
+  /** When the session last changed (ms): its last event, or a change of its fields. */
+  updated_ms: number;
   events: SessionEvent[];
 }
 
@@ -116,10 +118,19 @@ export class SessionStore {
     return { ...toSessionRecord(meta, parseCalls(calls)), ...inputState(meta, steer, followUp) };
   }
 
-  /** Workspace (auth), status and last seq in one read; null when there is no such session. */
-  async sessionHead(sessionId: string): Promise<{ workspace_id: string; status: SessionStatus; last_seq: number } | null> {
-    const [workspaceId, status, seq] = await this.redis.hmget(this.keys.session(sessionId).meta, 'workspace_id', 'status', 'seq');
-    return workspaceId && status ? { workspace_id: workspaceId, status: status as SessionStatus, last_seq: Number(seq ?? 0) } : null;
+  /** Workspace (auth), status, last seq and when it last changed (ms) in one read; null when there is no such session. */
+  async sessionHead(sessionId: string): Promise<{ workspace_id: string; status: SessionStatus; last_seq: number; updated_ms: number } | null> {
+    const [workspaceId, status, seq, updated] = await this.redis.hmget(this.keys.session(sessionId).meta, 'workspace_id', 'status', 'seq', 'updated_at');
+    return workspaceId && status ? { workspace_id: workspaceId, status: status as SessionStatus, last_seq: Number(seq ?? 0), updated_ms: Number(updated ?? 0) } : null;
+  }
+
+  /**
+   * The wake of the session's running turn (a turn waiting on a client tool or an approval is not running) and when
+   * the session last changed (ms); null when no turn runs.
+   */
+  async runningTurn(sessionId: string): Promise<{ wake: number; updated_ms: number } | null> {
+    const [status, wake, updated] = await this.redis.hmget(this.keys.session(sessionId).meta, 'status', 'wake', 'updated_at');
+    return status === 'running' && wake ? { wake: Number(wake), updated_ms: Number(updated ?? 0) } : null;
   }
 
   /** Starts a turn; returns the wake that names its job. Throws turn_in_progress, session_closed, session_not_found. */
@@ -550,14 +561,14 @@ export class SessionStore {
   /** Events after `afterSeq` with the session's workspace and status from the same round trip; cursor errors throw. */
   async readEvents(sessionId: string, afterSeq: number, limit: number): Promise<SessionEventPage | null> {
     const k = this.keys.session(sessionId);
-    const replies = await this.redis.multi().hmget(k.meta, 'workspace_id', 'status', 'seq').xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
+    const replies = await this.redis.multi().hmget(k.meta, 'workspace_id', 'status', 'seq', 'updated_at').xrange(k.events, `(${afterSeq}-0`, '+', 'COUNT', limit).exec();
     const [[metaErr, meta], [rangeErr, entries]] = replies as [[Error | null, (string | null)[]], [Error | null, StreamEntry[]]];
     if (metaErr ?? rangeErr) throw metaErr ?? rangeErr;
-    const [workspaceId, status, seq] = meta;
+    const [workspaceId, status, seq, updated] = meta;
     if (!workspaceId || !status) return null;
     const events = entries.map(decodeSessionEntry);
     checkCursor(afterSeq, Number(seq ?? 0), events[0]?.seq, 'session');
-    return { workspace_id: workspaceId, status: status as SessionStatus, events };
+    return { workspace_id: workspaceId, status: status as SessionStatus, updated_ms: Number(updated ?? 0), events };
   }
 
   /** The session's log as the fan-out reads it; its id is the session id (what the scripts publish). */

@@ -1,6 +1,6 @@
 import { TERMINAL_TASK_STATUSES, type TaskStatus } from '@cadre/protocol';
 import { scrubError, type Logger } from '@cadre/observability';
-import { RecentMap, type TaskStore } from '@cadre/store';
+import { ThrottledChecks, type TaskStore } from '@cadre/store';
 import type { TaskReconciler } from './task-reconciler.ts';
 
 /** Tasks whose last check a gateway remembers (the least recently checked are forgotten first). */
@@ -26,28 +26,25 @@ export interface ReadRepairDeps {
  */
 export class ReadRepair {
   private readonly deps: ReadRepairDeps;
-  /** When each task was last looked at (ms). */
-  private readonly lastChecked: RecentMap<string, number>;
-  private stopped = false;
+  private readonly checks: ThrottledChecks;
 
   constructor(deps: ReadRepairDeps) {
     this.deps = deps;
-    this.lastChecked = new RecentMap(deps.tracked ?? TRACKED);
+    this.checks = new ThrottledChecks({
+      periodMs: deps.graceMs, limit: deps.tracked ?? TRACKED, check: (taskId) => this.repair(taskId),
+      onError: (taskId, err) => deps.logger.warn({ taskId, err: scrubError(err) }, 'could not repair a stuck task on read; a later read tries again'),
+    });
   }
 
   /** A client read the task (its status and updated_at as just read); repairs it in the background if it is stuck. */
   seen(taskId: string, status: TaskStatus, updatedMs: number): void {
     const now = Date.now();
-    if (this.stopped || TERMINAL_TASK_STATUSES.includes(status) || now - updatedMs < this.deps.graceMs) return;
-    const last = this.lastChecked.get(taskId);
-    if (last !== undefined && now - last < this.deps.graceMs) return;
-    this.lastChecked.set(taskId, now);
-    this.repair(taskId).catch((err: unknown) => this.deps.logger.warn({ taskId, err: scrubError(err) }, 'could not repair a stuck task on read; a later read tries again'));
+    if (!TERMINAL_TASK_STATUSES.includes(status) && now - updatedMs >= this.deps.graceMs) this.checks.run(taskId, now);
   }
 
   /** No repair starts from now on (the gateway drains; one already started ends by itself). */
   stop(): void {
-    this.stopped = true;
+    this.checks.stop();
   }
 
   private async repair(taskId: string): Promise<void> {
