@@ -170,8 +170,9 @@ describe('session read repair', () => {
     const { stack, redis, queue, keys } = await startStack(graceMs);
     const id = await openSession(stack.url);
     const stuck = await openSession(stack.url);
-    // A few seconds of streaming: a chunk every 40 ms, each committed (which moves the session's updated_at).
-    expect(await send(stack.url, id, 'Explain slowly [[scripted:words=200]] [[scripted:chunk_delay=40]]')).toBe(202);
+    // About 8 s of streaming (a chunk every 40 ms, each committed, which moves the session's updated_at): long enough
+    // to outlast the grace and the 20 reads below on a busy machine (a 2.7 s stream ended before them in one CI run).
+    expect(await send(stack.url, id, 'Explain slowly [[scripted:words=600]] [[scripted:chunk_delay=40]]')).toBe(202);
     expect(await send(stack.url, stuck, 'Answer [[scripted:words=30]]')).toBe(202);
     await loseJobById(redis, queue, await waitingTurnJob(queue, stuck));
     await stack.addWorkerPool();

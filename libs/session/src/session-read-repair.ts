@@ -60,6 +60,8 @@ export class SessionReadRepair {
     const { store, queue, graceMs } = this.deps;
     const turn = await store.runningTurn(sessionId);
     if (!turn || Date.now() - turn.updated_ms < graceMs) return;
+    // Still marked: its enqueue is the enqueue sweeper's (as the task read repair leaves a marked task).
+    if (await store.beingEnqueued(sessionId)) return;
     // A job added for a wake the session has moved past meanwhile claims nothing (claimTurn: stale).
     if (!(await queue.enqueueLostTurn(sessionId, turn.wake))) return;
     this.deps.onRepaired?.();

@@ -160,6 +160,20 @@ export class SessionStore {
     await this.redis.zrem(this.keys.sessionsEnqueueing(), mark);
   }
 
+  /**
+   * Whether a change of this session is still marked as being enqueued (its enqueue is then the sweeper's). Marks are
+   * `<session id> <uuid>`: a scan of the set, which holds only the enqueues in flight.
+   */
+  async beingEnqueued(sessionId: string): Promise<boolean> {
+    let cursor = '0';
+    do {
+      const [next, marks] = await this.redis.zscan(this.keys.sessionsEnqueueing(), cursor, 'MATCH', `${sessionId} *`, 'COUNT', 1000);
+      if (marks.length > 0) return true;
+      cursor = next;
+    } while (cursor !== '0');
+    return false;
+  }
+
   /** Marks older than `beforeMs`: the sweeper's work list. */
   async enqueueBacklog(beforeMs: number, limit: number): Promise<string[]> {
     return this.redis.zrangebyscore(this.keys.sessionsEnqueueing(), '-inf', beforeMs, 'LIMIT', 0, limit);
