@@ -1,6 +1,6 @@
 import { Counter, type Registry } from 'prom-client';
 import type { Logger } from '@cadre/observability';
-import { keyDigest } from './auth.ts';
+import { basicAsBearer, bearerKey, keyDigest } from './auth.ts';
 
 /** Where a refusal was answered: the HTTP API (tasks, sessions, approvals, runs, queue admin), gRPC, or /ws. */
 export type AuthEdge = 'http' | 'grpc' | 'ws';
@@ -101,10 +101,5 @@ function fingerprints(credentials: AuthRefusal['credentials']): string {
  * fingerprint can be matched against sha256 of a configured key; any other value is fingerprinted whole.
  */
 function presentedKey(value: string): string {
-  const bearer = /^Bearer\s+(\S+)\s*$/i.exec(value);
-  if (bearer) return bearer[1]!;
-  const basic = /^Basic\s+(\S+)\s*$/i.exec(value);
-  if (!basic) return value;
-  const decoded = Buffer.from(basic[1]!, 'base64').toString();
-  return decoded.slice(decoded.indexOf(':') + 1);
+  return bearerKey(basicAsBearer(value)) ?? value;
 }

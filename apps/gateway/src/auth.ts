@@ -51,6 +51,18 @@ export class KeyTable {
   }
 }
 
+/** The key an Authorization value presents as `Bearer <key>`; undefined for any other value. */
+export const bearerKey = (header: string | undefined): string | undefined => /^Bearer\s+(\S+)\s*$/i.exec(header ?? '')?.[1];
+
+/** `Basic base64(user:key)` → `Bearer key` (a browser's way to send a key); anything else is passed on as it came. */
+export function basicAsBearer(header: string | undefined): string | undefined {
+  const basic = /^Basic\s+(\S+)\s*$/i.exec(header ?? '');
+  if (!basic) return header;
+  const decoded = Buffer.from(basic[1]!, 'base64').toString();
+  const colon = decoded.indexOf(':');
+  return colon < 0 ? undefined : `Bearer ${decoded.slice(colon + 1)}`;
+}
+
 /** Bearer-key authentication over a KeyTable. */
 export class Authenticator {
   private readonly keys = new KeyTable();
@@ -68,9 +80,9 @@ export class Authenticator {
       if (this.devMode) return { workspaces: 'all' };
       throw new ApiError('unavailable', 'no API key is configured on this gateway (set CADRE_API_KEY or CADRE_API_KEYS)');
     }
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
-    if (!match) throw new ApiError('unauthenticated', 'missing bearer key: send "Authorization: Bearer <key>"');
-    const found = this.keys.lookup(match[1]!);
+    const key = bearerKey(header);
+    if (key === undefined) throw new ApiError('unauthenticated', 'missing bearer key: send "Authorization: Bearer <key>"');
+    const found = this.keys.lookup(key);
     if (!found) throw new ApiError('unauthenticated', 'invalid API key');
     return found;
   }

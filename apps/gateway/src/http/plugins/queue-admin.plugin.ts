@@ -3,7 +3,7 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import type { Queue } from 'bullmq';
 import type { FastifyPluginAsync } from 'fastify';
-import type { Authenticator } from '../../auth.ts';
+import { basicAsBearer, type Authenticator } from '../../auth.ts';
 import { ApiError, httpStatusOf } from '../../errors.ts';
 
 export const QUEUE_ADMIN_PATH = '/admin/queues';
@@ -23,7 +23,7 @@ export const queueAdminPlugin: FastifyPluginAsync<QueueAdminDeps> = async (app, 
   // The answer is sent here rather than thrown: bull-board's routes have an error handler of their own (500).
   app.addHook('onRequest', async (request, reply) => {
     try {
-      const principal = deps.auth.authenticate(asBearer(request.headers.authorization));
+      const principal = deps.auth.authenticate(basicAsBearer(request.headers.authorization));
       if (principal.workspaces !== 'all') throw new ApiError('permission_denied', 'the queue admin needs a key valid for every workspace');
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
@@ -37,11 +37,3 @@ export const queueAdminPlugin: FastifyPluginAsync<QueueAdminDeps> = async (app, 
   await app.register(serverAdapter.registerPlugin(), { prefix: QUEUE_ADMIN_PATH });
 };
 
-/** `Basic base64(user:key)` → `Bearer key`; anything else is passed on as it came. */
-function asBearer(header: string | undefined): string | undefined {
-  const basic = /^Basic\s+(\S+)\s*$/i.exec(header ?? '');
-  if (!basic) return header;
-  const decoded = Buffer.from(basic[1]!, 'base64').toString();
-  const colon = decoded.indexOf(':');
-  return colon < 0 ? undefined : `Bearer ${decoded.slice(colon + 1)}`;
-}
