@@ -6,7 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, configOrExit, describeRedisTarget, exitForConfig } from '@cadre/config';
-import { whenParentExits } from '@cadre/lifecycle';
+import { isProcessRunning, whenParentExits } from '@cadre/lifecycle';
 import { createLogPrettifier } from '@cadre/observability';
 import { RedisServerNotFoundError, startEmbeddedRedis, stopLeftoverRedis, type EmbeddedRedis } from '@cadre/embedded-redis';
 import { startScriptedModel, type ScriptedModel } from '@cadre/scripted-model';
@@ -22,14 +22,7 @@ import { loopbackFor, portUnavailable, waitForReady } from './readiness.ts';
 const REPEAT_SIGNAL_WINDOW_MS = 1_000;
 
 async function waitUntilGone(pid: number): Promise<void> {
-  for (;;) {
-    try {
-      process.kill(pid, 0);
-    } catch {
-      return;
-    }
-    await sleep(20);
-  }
+  while (isProcessRunning(pid)) await sleep(20);
 }
 
 class Stack {
