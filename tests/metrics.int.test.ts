@@ -142,8 +142,13 @@ describe('metrics', () => {
     expect(done.payload.stop_reason).toBe('end_turn');
     expect((await Scrape.of(`${stack.url}/metrics`)).value('cadre_sessions_parked')).toBe(0);
 
-    // The call is counted before its answer is committed, so the turn_complete event means both are in.
-    const end = await Scrape.of(workerMetrics);
+    // The call is counted before its answer is committed, so the turn_complete event means both are in; the turn's
+    // end is counted once its commit returns, just after the event is visible (a CI run scraped in between).
+    let end = await Scrape.of(workerMetrics);
+    await waitUntil('the turn\'s end to be counted', async () => {
+      end = await Scrape.of(workerMetrics);
+      return end.value('cadre_session_turns_total', { outcome: 'end_turn' }) > start.value('cadre_session_turns_total', { outcome: 'end_turn' });
+    });
     const moved = (name: string, labels: Record<string, string> = {}) => end.value(name, labels) - start.value(name, labels);
     expect(moved('cadre_model_requests_total', { model: 'cadre-scripted', outcome: 'ok' })).toBe(2);
     expect(moved('cadre_model_request_duration_seconds_count', { model: 'cadre-scripted' })).toBe(2);
